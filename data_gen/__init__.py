@@ -1,0 +1,1 @@
+"""geopilot.data_gen"""

@@ -1,0 +1,81 @@
+"""Common annotation records: what every source-dataset reader produces and the generator consumes.
+
+All geometry is normalised to [0, 1] by the reader (x by the image width, y by its height), so one record
+feeds the annotation-backed tool backend (`geopilot.tools`) and the validators without knowing its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Modality = Literal["optical", "sar"]
+
+
+@dataclass(frozen=True)
+class ObjectAnnotation:
+    label: str  # class name in the source's own vocabulary, lower case with spaces ("small vehicle")
+    box: tuple[float, float, float, float]  # axis-aligned [x1, y1, x2, y2], normalised
+    polygon: tuple[tuple[float, float], ...] | None = None  # oriented box / outline, normalised, >= 3 points
+    mask: dict | None = None  # COCO RLE {"size": [h, w], "counts": str}
+    difficult: bool = False
+    object_id: str | None = None  # source id, when the source has one
+
+
+@dataclass(frozen=True)
+class ReferringExpression:
+    expression: str
+    object_indices: tuple[int, ...]  # indices into AnnotationRecord.objects; more than one = "multiple" target
+
+
+@dataclass(frozen=True)
+class SemanticSegmentation:
+    mask_path: str  # single-channel label image in the source's on-disk format
+    class_names: dict[int, str]  # pixel value -> class name
+    ignore_values: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoadGraphAnnotation:
+    nodes: tuple[tuple[float, float], ...]  # normalised
+    edges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """Source text supervision (GeoChat-Instruct conversations, SARLANG-1M captions/QA)."""
+
+    turns: tuple[tuple[str, str], ...]  # (role in {"user", "assistant"}, text)
+    task: str = ""  # the source's own task tag ("caption", "vqa", "grounding", ...)
+
+
+@dataclass
+class AnnotationRecord:
+    source: str  # dataset name as in the paper's Table 2 ("DOTA", "SARDet-100K", ...)
+    image: str  # path to the image file (absolute, or relative to the reader's root)
+    width: int
+    height: int
+    modality: Modality = "optical"
+    split: str = "train"
+    record_id: str = ""  # stable id within the source (image stem, plus a suffix when one image yields several)
+    objects: list[ObjectAnnotation] = field(default_factory=list)
+    referring: list[ReferringExpression] = field(default_factory=list)
+    semantic: SemanticSegmentation | None = None
+    roads: RoadGraphAnnotation | None = None
+    cloud_free_image: str | None = None  # RICE: the paired clear image
+    dialogues: list[Dialogue] = field(default_factory=list)
+
+
+@dataclass
+class ReadReport:
+    """What a reader skipped, by cause: missing images, malformed files, bad polygons, unknown classes."""
+
+    records: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)  # cause -> a few messages naming files
+
+    def skip(self, cause: str, message: str) -> None:
+        self.skipped[cause] = self.skipped.get(cause, 0) + 1
+        self.examples.setdefault(cause, [])
+        if len(self.examples[cause]) < 5:
+            self.examples[cause].append(message)

@@ -1,0 +1,33 @@
+"""`geopilot init-model --config configs/model/tiny.yaml --out DIR`: build the model and write it in llava-hf layout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from geopilot.config import load_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="model YAML (configs/model/*.yaml)")
+    parser.add_argument("--out", required=True, help="output directory (weights as safetensors + processor)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. dtype=bfloat16 tiny.seed=1")
+    parser.add_argument("--json", action="store_true", help="print a machine-readable summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    from geopilot.model import ModelConfig, build_model, num_image_tokens, save_model
+
+    cfg = load_config(ModelConfig, args.config, args.overrides)
+    model, processor = build_model(cfg)
+    out = save_model(model, processor, args.out)
+    summary = {
+        "out": str(out),
+        "init": cfg.init,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "image_tokens": num_image_tokens(model.config),
+        "vocab_size": model.config.text_config.vocab_size,
+        "tokenizer_size": len(processor.tokenizer),
+    }
+    print(json.dumps(summary) if args.json else "\n".join(f"{k}: {v}" for k, v in summary.items()))
+    return 0

@@ -1,0 +1,117 @@
+"""`geopilot inspect --data FILE.jsonl [--model DIR] [--json]`: what each sample trains on.
+
+For each sample: total tokens, trained (labelled) tokens and the decoded text of every labelled span, or the
+error that keeps it out of training. Exit code 2 when any sample has an error, so it can gate a data pipeline.
+Without --model, the tiny test tokenizer and LLaVA-1.5's 576 image tokens are used (counts are then indicative).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError, SampleError
+
+LLAVA15_IMAGE_TOKENS = 576
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="a JSONL file of samples")
+    parser.add_argument("--model", help="model directory whose tokenizer and image-token count to use")
+    parser.add_argument("--max-length", type=int, default=None, help="report samples longer than this")
+    parser.add_argument("--json", action="store_true", help="one JSON line per sample, then a summary line")
+
+
+def inspect_line(line: str, line_number: int, tokenizer, image_tokens: int, max_length: int | None, base_dir: Path) -> dict:
+    from geopilot.render import render_sample
+    from geopilot.sample import parse_sample
+
+    record = {
+        "id": None,
+        "line": line_number,
+        "num_tokens": 0,
+        "num_trained_tokens": 0,
+        "trained_segments": [],
+        "error": None,
+    }
+    try:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise SampleError(f"not valid JSON ({err.msg} at column {err.colno})", line=line_number) from None
+        if isinstance(data, dict) and isinstance(data.get("id"), str):
+            record["id"] = data["id"]
+        sample = parse_sample(data, line=line_number)
+        image = sample.image_path(base_dir)
+        if image is not None and not image.is_file():
+            raise SampleError(f"image not found: {image}", sample_id=sample.id, line=line_number, field="image")
+        rendered = render_sample(sample, tokenizer, image_tokens, max_length=max_length)
+    except SampleError as err:
+        record["error"] = str(err)
+        return record
+    record["num_tokens"] = len(rendered.input_ids)
+    record["num_trained_tokens"] = rendered.num_trained
+    record["trained_segments"] = [tokenizer.decode(rendered.input_ids[a:b]) for a, b in rendered.trained_spans()]
+    return record
+
+
+def _print_human(record: dict, console) -> None:
+    from rich.markup import escape
+
+    name = record["id"] or f"line {record['line']}"
+    if record["error"]:
+        console.print(f"[bold red]✗[/] {escape(name)}: {escape(record['error'])}")
+        return
+    console.print(
+        f"[bold green]✓[/] {escape(name)}: {record['num_tokens']} tokens, {record['num_trained_tokens']} trained"
+    )
+    for segment in record["trained_segments"]:
+        console.print("    [cyan]trained:[/] " + escape(segment if len(segment) < 300 else segment[:297] + "..."))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    path = Path(args.data)
+    if not path.is_file():
+        raise GeoPilotInputError(f"data file not found: {path}")
+    if args.model:
+        from geopilot.model import load_model, num_image_tokens
+
+        model, processor = load_model(args.model)
+        tokenizer, image_tokens = processor.tokenizer, num_image_tokens(model.config)
+    else:
+        from geopilot.tokenizer import tiny_tokenizer
+
+        tokenizer, image_tokens = tiny_tokenizer(), LLAVA15_IMAGE_TOKENS
+    console = Console(highlight=False)
+    summary = {"samples": 0, "ok": 0, "errors": 0, "zero_trained": 0}
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            record = inspect_line(line, line_number, tokenizer, image_tokens, args.max_length, path.parent)
+            summary["samples"] += 1
+            if record["error"]:
+                summary["errors"] += 1
+            elif record["num_trained_tokens"] == 0:
+                summary["zero_trained"] += 1
+            else:
+                summary["ok"] += 1
+            if args.json:
+                print(
+                    json.dumps(
+                        {k: record[k] for k in ("id", "num_tokens", "num_trained_tokens", "trained_segments", "error")},
+                        ensure_ascii=False,
+                    )
+                )
+            else:
+                _print_human(record, console)
+    if args.json:
+        print(json.dumps({"summary": summary}))
+    else:
+        console.print(
+            f"{summary['samples']} samples: {summary['ok']} ok, {summary['errors']} errors, {summary['zero_trained']} with zero trained tokens"
+        )
+    return 2 if summary["errors"] or summary["zero_trained"] else 0

@@ -1,0 +1,187 @@
+"""The one sample format (DESIGN §3), shared by data_gen, training, evaluation and inference.
+
+A sample is one JSON object per JSONL line. `load_samples` streams a file and either rejects the first bad
+line (default) or skips and counts bad lines; every error names the sample id, the line and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from geopilot.errors import SampleError
+from geopilot.tool_output import ToolOutput
+
+IMAGE_PLACEHOLDER = "<image>"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Action(_Strict):
+    """One tool call the model plans: a task-level tool name and its parameters."""
+
+    tool: str = Field(min_length=1)
+    params: dict[str, Any] = {}
+
+
+class UserMessage(_Strict):
+    role: Literal["user"] = "user"
+    content: str
+
+
+class AssistantMessage(_Strict):
+    """Every assistant turn is `{reasoning, actions, value}`: a think turn (actions) or an answer (value)."""
+
+    role: Literal["assistant"] = "assistant"
+    reasoning: str = ""
+    actions: list[Action] = []
+    value: str | None = None
+
+
+class ToolMessage(_Strict):
+    role: Literal["tool"] = "tool"
+    name: str = Field(min_length=1)
+    content: ToolOutput
+
+
+Message = Annotated[UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+
+
+class Sample(_Strict):
+    id: str = Field(min_length=1)
+    image: str | None = None  # relative to the folder of the JSONL file, or absolute
+    modality: Literal["optical", "sar"] = "optical"
+    source: str = ""
+    ability: str = ""
+    difficulty: Literal["easy", "medium", "hard"] | None = None
+    messages: list[Message] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _well_formed_dialogue(self) -> Sample:
+        check_dialogue(self.messages, has_image=self.image is not None)
+        return self
+
+    def image_path(self, base_dir: str | Path) -> Path | None:
+        if self.image is None:
+            return None
+        path = Path(self.image)
+        return path if path.is_absolute() else Path(base_dir) / path
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False)
+
+
+def check_dialogue(messages: list, has_image: bool) -> None:
+    """The turn grammar: (user, assistant[actions], tool*, assistant)* ... ending in an answer turn.
+
+    Raises ValueError naming the message index; used for samples and for chat histories alike.
+    """
+    if not messages or messages[0].role != "user":
+        raise ValueError("messages.0: a dialogue starts with a user turn")
+    pending: list[str] = []  # tool names the last think turn asked for, not yet answered
+    previous = None
+    for index, message in enumerate(messages):
+        where = f"messages.{index}"
+        if message.role == "user":
+            if pending:
+                raise ValueError(f"{where}: expected a tool turn for {pending[0]!r} before the next user turn")
+            if previous is not None and previous.role == "user":
+                raise ValueError(f"{where}: two user turns in a row")
+            if (IMAGE_PLACEHOLDER in message.content) != (has_image and index == 0):
+                if index == 0 and has_image:
+                    raise ValueError(f"{where}.content: the first user turn must contain {IMAGE_PLACEHOLDER!r}")
+                raise ValueError(
+                    f"{where}.content: {IMAGE_PLACEHOLDER!r} may appear only in the first user turn of a sample with an image"
+                )
+            if message.content.count(IMAGE_PLACEHOLDER) > 1:
+                raise ValueError(f"{where}.content: {IMAGE_PLACEHOLDER!r} appears more than once")
+        elif message.role == "assistant":
+            if previous is None or previous.role == "assistant" or pending:
+                raise ValueError(f"{where}: an assistant turn must follow a user turn or the tool turns it asked for")
+            pending = [action.tool for action in message.actions]
+        else:  # tool
+            if not pending:
+                raise ValueError(f"{where}: a tool turn must follow an assistant turn that called a tool")
+            if message.name != pending[0]:
+                raise ValueError(f"{where}.name: expected output of {pending[0]!r}, got {message.name!r}")
+            pending.pop(0)
+        previous = message
+    last = messages[-1]
+    if last.role != "assistant" or last.actions or last.value is None:
+        raise ValueError(f"messages.{len(messages) - 1}: a dialogue ends with an answer turn (actions [] and a value)")
+
+
+def _first_problem(err: ValidationError) -> tuple[str, str]:
+    problem = err.errors()[0]
+    loc = ".".join(str(part) for part in problem["loc"])
+    message = problem["msg"].removeprefix("Value error, ")
+    # pydantic puts union members in the path (`messages.2.assistant.actions`); keep the user's field names.
+    for tag in (".user", ".assistant", ".tool"):
+        loc = loc.replace(tag + ".", ".").removesuffix(tag)
+    return loc, message
+
+
+def parse_sample(data: Any, line: int | None = None) -> Sample:
+    sample_id = data.get("id") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise SampleError(f"a sample is a JSON object, got {type(data).__name__}", line=line)
+    try:
+        return Sample.model_validate(data)
+    except ValidationError as err:
+        field_name, message = _first_problem(err)
+        raise SampleError(
+            message, sample_id=sample_id if isinstance(sample_id, str) else None, line=line, field=field_name or None
+        ) from None
+
+
+@dataclass
+class LoadReport:
+    """What a lenient load skipped, by cause (`on_error="skip"`)."""
+
+    loaded: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+    causes: Counter = field(default_factory=Counter)
+
+
+def load_samples(
+    path: str | Path, on_error: Literal["raise", "skip"] = "raise", report: LoadReport | None = None
+) -> Iterator[Sample]:
+    """Stream samples from a JSONL file (blank lines are ignored)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SampleError(f"data file not found: {path}")
+    report = report if report is not None else LoadReport()
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise SampleError(f"not valid JSON ({err.msg} at column {err.colno})", line=line_number) from None
+                sample = parse_sample(data, line=line_number)
+            except SampleError as err:
+                if on_error == "raise":
+                    raise SampleError(f"{path}: {err}") from None
+                report.skipped += 1
+                report.errors.append(str(err))
+                report.causes[err.field or "json"] += 1
+                continue
+            report.loaded += 1
+            yield sample
+
+
+def write_samples(samples: list[Sample], path: str | Path) -> None:
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for sample in samples:
+            handle.write(sample.to_json() + "\n")

@@ -1,0 +1,140 @@
+"""Canonical tool outputs (DESIGN §4): what every backend returns and what samples store.
+
+Boxes are `[x1, y1, x2, y2]` normalised to [0, 1], rounded to 3 decimals, with x1 < x2 and y1 < y2.
+Masks are COCO RLE and never reach the LLM: `llm_view` reduces an output to counts, labels, areas and boxes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+DECIMALS = 3
+
+
+def _unit(value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"coordinate {value} is outside [0, 1] (coordinates are normalised to the image size)")
+    return round(value, DECIMALS)
+
+
+UnitFloat = Annotated[float, AfterValidator(_unit)]
+Point = tuple[UnitFloat, UnitFloat]
+
+
+def _ordered_box(box: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+    x1, y1, x2, y2 = box
+    if not (x1 < x2 and y1 < y2):
+        raise ValueError(f"box {list(box)} needs x1 < x2 and y1 < y2 (after rounding to {DECIMALS} decimals)")
+    return box
+
+
+Box = Annotated[tuple[UnitFloat, UnitFloat, UnitFloat, UnitFloat], AfterValidator(_ordered_box)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RLE(_Strict):
+    """COCO run-length encoding as pycocotools writes it (`counts` as a string)."""
+
+    size: tuple[int, int]  # [height, width]
+    counts: str
+
+
+class Detection(_Strict):
+    label: str = Field(min_length=1)
+    box: Box
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
+    polygon: list[Point] | None = None  # rotated box or outline, normalised; >= 3 points
+    mask: RLE | None = None
+    area: float | None = Field(default=None, ge=0.0, le=1.0)  # fraction of the image the object covers
+
+    @model_validator(mode="after")
+    def _polygon_has_three_points(self) -> Detection:
+        if self.polygon is not None and len(self.polygon) < 3:
+            raise ValueError(f"polygon needs at least 3 points, got {len(self.polygon)}")
+        return self
+
+
+class SegmentClass(_Strict):
+    """One class of a semantic segmentation: how much of the image it covers, and where."""
+
+    label: str = Field(min_length=1)
+    area: float = Field(ge=0.0, le=1.0)
+    mask: RLE | None = None
+
+
+class RoadGraph(_Strict):
+    nodes: list[Point]
+    edges: list[tuple[int, int]]
+
+    @model_validator(mode="after")
+    def _edges_index_nodes(self) -> RoadGraph:
+        for a, b in self.edges:
+            if not (0 <= a < len(self.nodes) and 0 <= b < len(self.nodes)) or a == b:
+                raise ValueError(f"edge ({a}, {b}) does not join two distinct nodes of {len(self.nodes)}")
+        return self
+
+
+class Artifact(_Strict):
+    kind: Literal["image", "mask", "geojson"]
+    path: str
+
+
+class ToolOutput(_Strict):
+    """What a tool call returns. `provenance` says whether a model or ground-truth annotations produced it."""
+
+    provenance: Literal["model", "annotations"] = "model"
+    detections: list[Detection] = []
+    segments: list[SegmentClass] = []
+    roads: RoadGraph | None = None
+    artifacts: list[Artifact] = []
+    geojson: dict | None = None  # FeatureCollection in map coordinates, when the input was georeferenced
+    message: str | None = None
+
+
+def _road_length(graph: RoadGraph) -> float:
+    total = 0.0
+    for a, b in graph.edges:
+        (xa, ya), (xb, yb) = graph.nodes[a], graph.nodes[b]
+        total += ((xa - xb) ** 2 + (ya - yb) ** 2) ** 0.5
+    return round(total, DECIMALS)
+
+
+def llm_view(output: ToolOutput) -> dict:
+    """The part of a tool output the LLM reads: never masks, polygons, provenance or GeoJSON."""
+    view: dict = {}
+    if output.detections:
+        view["count"] = len(output.detections)
+        view["objects"] = [
+            {
+                "label": d.label,
+                "box": list(d.box),
+                **({"score": round(d.score, 2)} if d.score is not None else {}),
+                **({"area": round(d.area, 4)} if d.area is not None else {}),
+            }
+            for d in output.detections
+        ]
+    if output.segments:
+        view["classes"] = [{"label": s.label, "area": round(s.area, 4)} for s in output.segments]
+    if output.roads is not None:
+        degree = [0] * len(output.roads.nodes)
+        for a, b in output.roads.edges:
+            degree[a] += 1
+            degree[b] += 1
+        view["roads"] = {
+            "nodes": len(output.roads.nodes),
+            "edges": len(output.roads.edges),
+            "intersections": sum(1 for d in degree if d >= 3),
+            "length": _road_length(output.roads),
+        }
+    if output.artifacts:
+        view["artifacts"] = [a.kind for a in output.artifacts]
+    if output.message:
+        view["message"] = output.message
+    if not view:
+        view["count"] = 0
+    return view

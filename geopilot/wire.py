@@ -1,0 +1,88 @@
+"""The wire format: the exact text the LLM reads and writes (DESIGN §3).
+
+Vicuna v1: `{SYSTEM} USER: {q} ASSISTANT: {json}</s>USER: {tool text} ASSISTANT: {json}</s>`.
+Every assistant turn is ONE compact JSON object `{"reasoning", "actions", "value"}`; every tool turn is ONE user
+turn written by `format_tool_turn`. data_gen, training and inference all call these functions and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+
+from geopilot.sample import IMAGE_PLACEHOLDER, AssistantMessage, Message, ToolMessage, UserMessage
+from geopilot.tool_output import ToolOutput, llm_view
+
+SYSTEM_PROMPT = (
+    "A chat between a curious user and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the user's questions."
+)
+USER_ROLE, ASSISTANT_ROLE = "USER:", "ASSISTANT:"
+
+
+def dumps(obj) -> str:
+    """Compact JSON, unicode kept as is: the one serialisation of everything the LLM sees as JSON."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def assistant_json(message: AssistantMessage) -> str:
+    return dumps(
+        {
+            "reasoning": message.reasoning,
+            "actions": [{"tool": a.tool, "params": a.params} for a in message.actions],
+            "value": message.value,
+        }
+    )
+
+
+def question_text(user: UserMessage) -> str:
+    """The user's question without the image placeholder (quoted back in the tool turn)."""
+    return user.content.replace(IMAGE_PLACEHOLDER, "").strip()
+
+
+def format_tool_turn(results: list[tuple[str, ToolOutput | str]], question: str) -> str:
+    """THE formatter: tool outputs -> the user turn the model answers from.
+
+    `results` holds (tool name, canonical output) pairs in call order; a string stands for a failed call and
+    is shown as `{"error": ...}` so the model can say the tool failed instead of inventing a result.
+    """
+    lines = []
+    for name, output in results:
+        shown = {"error": output} if isinstance(output, str) else llm_view(output)
+        lines.append(f"{name} output: {dumps(shown)}")
+    return "\n".join(lines) + f"\n\nAnswer my first question: {question}"
+
+
+def chat_turns(messages: list[Message]) -> list[tuple[str, str]]:
+    """Sample messages -> `[(role, text)]` with role in {"user", "assistant"}: consecutive tool messages
+    become ONE user turn written by `format_tool_turn`, quoting the question of their round."""
+    turns: list[tuple[str, str]] = []
+    question = ""
+    pending_tools: list[ToolMessage] = []
+
+    def flush() -> None:
+        if pending_tools:
+            turns.append(("user", format_tool_turn([(t.name, t.content) for t in pending_tools], question)))
+            pending_tools.clear()
+
+    for message in messages:
+        if message.role == "tool":
+            pending_tools.append(message)
+            continue
+        flush()
+        if message.role == "user":
+            question = question_text(message)
+            turns.append(("user", message.content))
+        else:
+            turns.append(("assistant", assistant_json(message)))
+    flush()
+    return turns
+
+
+def format_repair_turn(error: str, question: str) -> str:
+    """The one repair turn: what was wrong with the model's last plan, and what a usable reply looks like."""
+    return (
+        f"Your last reply could not be used: {error}\n"
+        'Reply with one JSON object {"reasoning": "...", "actions": [{"tool": "...", "params": {...}}], "value": null} '
+        'that calls only available tools with valid params, or answer directly with "actions": [] and the answer in "value".'
+        f"\n\nAnswer my first question: {question}"
+    )

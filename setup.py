@@ -1,0 +1,65 @@
+"""One distribution, four import paths: the top-level folders are mapped under `geopilot.`."""
+
+import os
+
+from setuptools import setup
+
+TOP_LEVEL = {
+    "geopilot": "geopilot",
+    "geopilot.tools": "tools",
+    "geopilot.data_gen": "data_gen",
+    "geopilot.eval": "eval",
+}
+
+
+def packages_under(top_level: dict[str, str]) -> dict[str, str]:
+    """Every folder with an __init__.py below each mapped top-level folder, as `import path -> folder`."""
+    found = {}
+    for package, folder in top_level.items():
+        for root, _, files in os.walk(folder):
+            if "__init__.py" in files:
+                found[package + root[len(folder) :].replace(os.sep, ".")] = root
+    return found
+
+
+PACKAGE_DIRS = packages_under(TOP_LEVEL)
+
+CORE = [
+    "torch>=2.6",  # weights_only=True is only safe from 2.6 on (CVE-2025-32434)
+    "transformers>=5.24,<5.40",  # 5.40 removes `past_key_values`, which FastChat still uses
+    "accelerate>=1.15",
+    "safetensors>=0.5",
+    "tokenizers>=0.23",
+    "sentencepiece>=0.2",
+    "protobuf>=5",  # converting a SentencePiece tokenizer.model needs it
+    "pydantic>=2.12",
+    "pillow>=11",
+    "numpy>=2",
+    "pyyaml>=6",
+    "jinja2>=3.1",
+    "rich>=13",
+    "tqdm>=4.66",
+]
+
+EXTRAS = {
+    "train": ["datasets>=5.2", "peft>=0.21", "deepspeed>=0.19.8", "tensorboard>=2.18"],
+    "tools": ["pycocotools>=2.0.8", "mcp>=2.3,<3", "open_clip_torch>=3.3", "torchvision>=0.29"],
+    "geo": ["rasterio>=1.4"],
+    "data": ["httpx>=0.28"],
+    "serve": ["fschat==0.2.36", "fastapi>=0.115", "uvicorn>=0.30"],
+    "dev": ["pytest>=9", "hypothesis>=6.100", "ruff>=0.8", "build>=1.2"],
+}
+EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
+
+setup(
+    name="geopilot",
+    version="0.1.0",
+    description="A tool-augmented remote-sensing assistant for optical and SAR imagery (LLaVA-1.5 + specialist tools).",
+    python_requires=">=3.10",
+    packages=list(PACKAGE_DIRS),
+    package_dir=PACKAGE_DIRS,
+    package_data={"geopilot": ["py.typed"]},
+    install_requires=CORE,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["geopilot=geopilot.cli:main"]},
+)

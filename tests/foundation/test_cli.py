@@ -1,0 +1,73 @@
+"""`geopilot` console script: help, exit codes, `inspect --json` on good and bad data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from foundation.samples import one_tool_call
+from geopilot.cli import COMMANDS, main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_every_command_has_help(capsys):
+    for name in COMMANDS:
+        assert main([name, "--help"]) == 0
+        assert "usage: geopilot " + name in capsys.readouterr().out
+    assert main(["--help"]) == 0 and "init-model" in capsys.readouterr().out
+
+
+def test_every_registered_command_module_imports():
+    import importlib
+
+    for name, (module, _) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        assert callable(mod.add_arguments) and callable(mod.run), name
+
+
+def test_unknown_command_and_bad_usage_exit_2(capsys):
+    assert main(["frobnicate"]) == 2
+    assert main(["inspect"]) == 2  # --data is required
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_inspect_json_reports_trained_segments(tiny_model_dir, capsys):
+    assert main(["inspect", "--data", str(EXAMPLES / "samples.jsonl"), "--model", str(tiny_model_dir), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *records, summary = lines
+    assert summary == {"summary": {"samples": len(records), "ok": len(records), "errors": 0, "zero_trained": 0}}
+    by_id = {r["id"]: r for r in records}
+    tool_sample = by_id["dota/P0001/object_detection/0"]
+    assert set(tool_sample) == {"id", "num_tokens", "num_trained_tokens", "trained_segments", "error"}
+    assert tool_sample["trained_segments"][0].startswith(' {"reasoning":"Counting planes needs a detector."')
+    assert tool_sample["trained_segments"][1].endswith('"value":"There is 1 plane."}</s>')
+    assert all(0 < r["num_trained_tokens"] < r["num_tokens"] for r in records)
+
+
+def test_inspect_reports_bad_lines_and_exits_2(tmp_path, capsys):
+    truncated = one_tool_call()
+    truncated["id"] = "long"
+    truncated["messages"][3]["value"] = "word " * 400
+    data = tmp_path / "d.jsonl"
+    (tmp_path / "images").mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "images" / "P0001.png")
+    missing = one_tool_call()
+    missing["id"], missing["image"] = "missing", "images/nope.png"
+    data.write_text("\n".join([json.dumps(one_tool_call()), json.dumps(truncated), json.dumps(missing), '{"id": "x", "messages": []}']) + "\n")
+    assert main(["inspect", "--data", str(data), "--json", "--max-length", "900"]) == 2
+    *records, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert summary["summary"] == {"samples": 4, "ok": 1, "errors": 3, "zero_trained": 0}
+    errors = {r["id"]: r["error"] for r in records}
+    assert "exceed max_length 900" in errors["long"] and "image not found" in errors["missing"]
+    assert "messages" in errors["x"]
+
+
+def test_console_script_runs_as_a_subprocess():
+    done = subprocess.run([sys.executable, "-m", "geopilot.cli", "inspect", "--data", "/nonexistent.jsonl"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "geopilot inspect: error: data file not found: /nonexistent.jsonl"
