@@ -9,6 +9,7 @@ TOP_LEVEL = {
     "geopilot.tools": "tools",
     "geopilot.data_gen": "data_gen",
     "geopilot.eval": "eval",
+    "geopilot.configs": "configs",  # shipped configs, read with importlib.resources
 }
 
 
@@ -45,7 +46,7 @@ EXTRAS = {
     "train": ["datasets>=5.2", "peft>=0.21", "deepspeed>=0.19.8", "tensorboard>=2.18"],
     "tools": ["pycocotools>=2.0.8", "mcp>=2.3,<3", "open_clip_torch>=3.3", "torchvision>=0.29"],
     "geo": ["rasterio>=1.4"],
-    "data": ["httpx>=0.28"],
+    "data": ["aiohttp>=3.9", "defusedxml>=0.7"],  # aiohttp: httpx was 4x slower at 32 requests in flight
     "serve": ["fschat==0.2.36", "fastapi>=0.115", "uvicorn>=0.30"],
     "dev": ["pytest>=9", "hypothesis>=6.100", "ruff>=0.8", "build>=1.2"],
 }
@@ -58,7 +59,11 @@ setup(
     python_requires=">=3.10",
     packages=list(PACKAGE_DIRS),
     package_dir=PACKAGE_DIRS,
-    package_data={"geopilot": ["py.typed"]},
+    package_data={
+        "geopilot": ["py.typed"],
+        "geopilot.data_gen": ["prompts/*.txt"],
+        "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],
+    },
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["geopilot=geopilot.cli:main"]},

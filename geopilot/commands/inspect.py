@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per sample, then a summary line")
 
 
-def inspect_line(line: str, line_number: int, tokenizer, image_tokens: int, max_length: int | None, base_dir: Path) -> dict:
+def inspect_line(
+    line: str, line_number: int, tokenizer, image_tokens: int, max_length: int | None, base_dir: Path
+) -> dict:
     from geopilot.render import render_sample
     from geopilot.sample import parse_sample
 

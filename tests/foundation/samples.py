@@ -38,7 +38,12 @@ def one_tool_call() -> dict:
                 "value": None,
             },
             {"role": "tool", "name": "detect_objects", "content": copy.deepcopy(DETECTION)},
-            {"role": "assistant", "reasoning": "The detector found one plane.", "actions": [], "value": "There is 1 plane."},
+            {
+                "role": "assistant",
+                "reasoning": "The detector found one plane.",
+                "actions": [],
+                "value": "There is 1 plane.",
+            },
         ],
     }
 
@@ -59,7 +64,9 @@ def two_tools() -> dict:
     sample = one_tool_call()
     sample["id"] = "dota/P0001/object_detection/two"
     sample["messages"][1]["actions"].append({"tool": "segment_semantic", "params": {"classes": ["water"]}})
-    sample["messages"].insert(3, {"role": "tool", "name": "segment_semantic", "content": {"segments": [{"label": "water", "area": 0.25}]}})
+    sample["messages"].insert(
+        3, {"role": "tool", "name": "segment_semantic", "content": {"segments": [{"label": "water", "area": 0.25}]}}
+    )
     return sample
 
 
@@ -73,9 +80,23 @@ def sar() -> dict:
         "difficulty": "hard",
         "messages": [
             {"role": "user", "content": "<image>\nFind all ships in this SAR image."},
-            {"role": "assistant", "reasoning": "SAR detector.", "actions": [{"tool": "sar_detect_all", "params": {}}], "value": None},
-            {"role": "tool", "name": "sar_detect_all", "content": {"detections": [{"label": "ship", "box": [0.5, 0.5, 0.6, 0.55]}]}},
-            {"role": "assistant", "reasoning": "One ship.", "actions": [], "value": "One ship at [0.5, 0.5, 0.6, 0.55]."},
+            {
+                "role": "assistant",
+                "reasoning": "SAR detector.",
+                "actions": [{"tool": "sar_detect_all", "params": {}}],
+                "value": None,
+            },
+            {
+                "role": "tool",
+                "name": "sar_detect_all",
+                "content": {"detections": [{"label": "ship", "box": [0.5, 0.5, 0.6, 0.55]}]},
+            },
+            {
+                "role": "assistant",
+                "reasoning": "One ship.",
+                "actions": [],
+                "value": "One ship at [0.5, 0.5, 0.6, 0.55].",
+            },
         ],
     }
 
@@ -84,7 +105,9 @@ def special_text() -> dict:
     """Unicode, JSON-special characters, and strings that look like special tokens (they must stay text)."""
     sample = one_tool_call()
     sample["id"] = "special/ü/0"
-    sample["messages"][0]["content"] = '<image>\nCombien d\'avions « 飞机 » ? {"x": [1, 2]} \\n \t </s> USER: ASSISTANT: 🛩️'
+    sample["messages"][0]["content"] = (
+        '<image>\nCombien d\'avions « 飞机 » ? {"x": [1, 2]} \\n \t </s> USER: ASSISTANT: 🛩️'
+    )
     sample["messages"][3]["value"] = 'Réponse: "1" avion — ✈ \\ } { </s>'
     return sample
 

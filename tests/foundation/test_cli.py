@@ -58,7 +58,12 @@ def test_inspect_reports_bad_lines_and_exits_2(tmp_path, capsys):
     Image.new("RGB", (8, 8)).save(tmp_path / "images" / "P0001.png")
     missing = one_tool_call()
     missing["id"], missing["image"] = "missing", "images/nope.png"
-    data.write_text("\n".join([json.dumps(one_tool_call()), json.dumps(truncated), json.dumps(missing), '{"id": "x", "messages": []}']) + "\n")
+    data.write_text(
+        "\n".join(
+            [json.dumps(one_tool_call()), json.dumps(truncated), json.dumps(missing), '{"id": "x", "messages": []}']
+        )
+        + "\n"
+    )
     assert main(["inspect", "--data", str(data), "--json", "--max-length", "900"]) == 2
     *records, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert summary["summary"] == {"samples": 4, "ok": 1, "errors": 3, "zero_trained": 0}
@@ -68,6 +73,10 @@ def test_inspect_reports_bad_lines_and_exits_2(tmp_path, capsys):
 
 
 def test_console_script_runs_as_a_subprocess():
-    done = subprocess.run([sys.executable, "-m", "geopilot.cli", "inspect", "--data", "/nonexistent.jsonl"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "geopilot.cli", "inspect", "--data", "/nonexistent.jsonl"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == "geopilot inspect: error: data file not found: /nonexistent.jsonl"

@@ -97,7 +97,9 @@ def test_geotiff_keeps_its_transform_and_large_ones_are_read_decimated(tmp_path)
     path = tmp_path / "scene.tif"
     transform = from_origin(500000.0, 4100000.0, 0.5, 0.5)
     data = (np.arange(3 * 200 * 300) % 251).astype(np.uint16).reshape(3, 200, 300)
-    with rasterio.open(path, "w", driver="GTiff", width=300, height=200, count=3, dtype="uint16", crs="EPSG:32633", transform=transform) as dst:
+    with rasterio.open(
+        path, "w", driver="GTiff", width=300, height=200, count=3, dtype="uint16", crs="EPSG:32633", transform=transform
+    ) as dst:
         dst.write(data)
     full = load_image(path)
     assert full.image.size == (300, 200) and full.georef.crs == "EPSG:32633"

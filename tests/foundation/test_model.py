@@ -27,7 +27,11 @@ def test_plain_transformers_loads_it_with_the_same_logits(tiny_model_dir, tmp_pa
     rendered = render_turns([("user", "<image>\n" + question)], processor.tokenizer, num_image_tokens(model.config))
     batch = collate([rendered], processor.tokenizer.pad_token_id)
     with torch.no_grad():
-        ours = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], pixel_values=pixel_values(processor, [image])).logits
+        ours = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            pixel_values=pixel_values(processor, [image]),
+        ).logits
 
     hf_model = LlavaForConditionalGeneration.from_pretrained(tiny_model_dir).eval()  # plain transformers
     hf_processor = AutoProcessor.from_pretrained(tiny_model_dir)
@@ -44,7 +48,12 @@ def test_real_vit_l14_336_config_gives_576_image_tokens():
     from transformers import CLIPVisionModel, LlamaConfig, LlavaConfig
 
     vision_config = vit_l14_336_config()
-    config = LlavaConfig(vision_config=vision_config, text_config=LlamaConfig(), vision_feature_layer=-2, vision_feature_select_strategy="default")
+    config = LlavaConfig(
+        vision_config=vision_config,
+        text_config=LlamaConfig(),
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+    )
     assert num_image_tokens(config) == 576
     with torch.device("meta"):  # shapes only, no weights
         tower = CLIPVisionModel(vision_config)
@@ -58,13 +67,34 @@ def _write_tiny_clip_and_llama(root, tokenizer):
     torch.manual_seed(0)
     clip = CLIPModel(
         CLIPConfig(
-            vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
-            text_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 99},
+            vision_config={
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "image_size": 28,
+                "patch_size": 14,
+            },
+            text_config={
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "vocab_size": 99,
+            },
             projection_dim=16,
         )
     )
     clip.save_pretrained(root / "clip")
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer) - 2, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4))
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer) - 2,
+            hidden_size=48,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+        )
+    )
     llama.save_pretrained(root / "vicuna")
     tokenizer.save_pretrained(root / "vicuna")
     return clip, llama
@@ -73,16 +103,29 @@ def _write_tiny_clip_and_llama(root, tokenizer):
 def test_clip_plus_vicuna_plus_fresh_projector(tmp_path, tiny_tokenizer):
     clip, llama = _write_tiny_clip_and_llama(tmp_path, tiny_tokenizer)
     config = tmp_path / "model.yaml"
-    config.write_text(yaml.safe_dump({"init": "clip_vicuna", "vision_path": str(tmp_path / "clip"), "llm_path": str(tmp_path / "vicuna")}))
+    config.write_text(
+        yaml.safe_dump(
+            {"init": "clip_vicuna", "vision_path": str(tmp_path / "clip"), "llm_path": str(tmp_path / "vicuna")}
+        )
+    )
     assert main(["init-model", "--config", str(config), "--out", str(tmp_path / "out")]) == 0
     model, processor = load_model(tmp_path / "out")
     assert num_image_tokens(model.config) == 4 and model.config.vision_feature_layer == -2
-    assert model.config.text_config.vocab_size % 64 == 0 and model.config.text_config.vocab_size >= len(processor.tokenizer)
-    torch.testing.assert_close(model.model.vision_tower.embeddings.patch_embedding.weight, clip.vision_model.embeddings.patch_embedding.weight)
-    torch.testing.assert_close(model.model.language_model.layers[1].mlp.up_proj.weight, llama.model.layers[1].mlp.up_proj.weight)
+    assert model.config.text_config.vocab_size % 64 == 0 and model.config.text_config.vocab_size >= len(
+        processor.tokenizer
+    )
+    torch.testing.assert_close(
+        model.model.vision_tower.embeddings.patch_embedding.weight, clip.vision_model.embeddings.patch_embedding.weight
+    )
+    torch.testing.assert_close(
+        model.model.language_model.layers[1].mlp.up_proj.weight, llama.model.layers[1].mlp.up_proj.weight
+    )
     n = llama.config.vocab_size
     torch.testing.assert_close(model.lm_head.weight[:n], llama.lm_head.weight)
-    assert model.model.multi_modal_projector.linear_1.in_features == 32 and model.model.multi_modal_projector.linear_2.out_features == 48
+    assert (
+        model.model.multi_modal_projector.linear_1.in_features == 32
+        and model.model.multi_modal_projector.linear_2.out_features == 48
+    )
 
 
 def test_from_a_llava_hf_directory(tiny_model_dir, tmp_path):
@@ -106,7 +149,10 @@ def test_save_is_atomic_and_replaces(tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        ({"init": "clip_vicuna", "vision_path": "/nonexistent/clip", "llm_path": "/nonexistent/v"}, "vision_path directory not found"),
+        (
+            {"init": "clip_vicuna", "vision_path": "/nonexistent/clip", "llm_path": "/nonexistent/v"},
+            "vision_path directory not found",
+        ),
         ({"init": "tiny", "tiny": {"image_sise": 32}}, "tiny.image_sise: unknown key"),
         ({"init": "gpt"}, "init"),
     ],

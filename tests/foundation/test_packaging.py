@@ -14,7 +14,18 @@ IMPORT_PATHS = ["geopilot", "geopilot.tools", "geopilot.data_gen", "geopilot.eva
 
 def test_wheel_has_all_four_import_paths_and_imports_in_a_fresh_venv(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(REPO),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
         check=True,
         capture_output=True,
     )
@@ -22,12 +33,18 @@ def test_wheel_has_all_four_import_paths_and_imports_in_a_fresh_venv(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for package in IMPORT_PATHS:
         assert package.replace(".", "/") + "/__init__.py" in names, package
-    assert "geopilot/data_gen/records.py" in names and not any(n.startswith(("tools/", "eval/", "data_gen/")) for n in names)
+    assert "geopilot/data_gen/records.py" in names and not any(
+        n.startswith(("tools/", "eval/", "data_gen/")) for n in names
+    )
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     # Only the package's own code, no dependencies: importing the four paths must not need torch/transformers.
     code = "import " + ", ".join(IMPORT_PATHS) + "; import geopilot; print(geopilot.__version__)"
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path)

@@ -33,7 +33,9 @@ def template_ids_and_mask(sample, tokenizer, image_tokens: int):
     out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     ids, mask = [], []
-    for token, flag in zip(out["input_ids"], out["assistant_masks"], strict=True):  # expand <image> as the processor does
+    for token, flag in zip(
+        out["input_ids"], out["assistant_masks"], strict=True
+    ):  # expand <image> as the processor does
         repeat = image_tokens if token == image_id else 1
         ids += [token] * repeat
         mask += [flag] * repeat
@@ -46,7 +48,10 @@ def test_labelled_spans_are_exactly_the_assistant_turns(kind, tiny_tokenizer):
     rendered = render_sample(sample, tiny_tokenizer, IMAGE_TOKENS)
     assert decoded_spans(rendered, tiny_tokenizer) == expected_assistant_texts(sample)
     assert rendered.input_ids.count(tiny_tokenizer.convert_tokens_to_ids("<image>")) == IMAGE_TOKENS
-    assert rendered.input_ids[0] == tiny_tokenizer.bos_token_id and rendered.input_ids.count(tiny_tokenizer.bos_token_id) == 1
+    assert (
+        rendered.input_ids[0] == tiny_tokenizer.bos_token_id
+        and rendered.input_ids.count(tiny_tokenizer.bos_token_id) == 1
+    )
     eos = tiny_tokenizer.eos_token_id
     assert [i for i, t in enumerate(rendered.input_ids) if t == eos] == [b - 1 for _, b in rendered.trained_spans()]
 
@@ -78,7 +83,9 @@ def test_too_long_sample_is_reported_not_cut(tiny_tokenizer):
 
 
 printable = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=40)
-params = st.dictionaries(st.text(min_size=1, max_size=8), st.one_of(st.integers(), printable, st.lists(printable, max_size=3)), max_size=3)
+params = st.dictionaries(
+    st.text(min_size=1, max_size=8), st.one_of(st.integers(), printable, st.lists(printable, max_size=3)), max_size=3
+)
 
 
 @st.composite
@@ -92,7 +99,14 @@ def random_samples(draw):
         messages.append({"role": "user", "content": prefix + question})
         tools = draw(st.lists(st.sampled_from(["detect_objects", "ground", "extract_roads"]), max_size=2))
         if tools:
-            messages.append({"role": "assistant", "reasoning": draw(printable), "actions": [{"tool": t, "params": draw(params)} for t in tools], "value": None})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "reasoning": draw(printable),
+                    "actions": [{"tool": t, "params": draw(params)} for t in tools],
+                    "value": None,
+                }
+            )
             for tool in tools:
                 x1, y1 = draw(st.floats(0, 0.49)), draw(st.floats(0, 0.49))
                 content = {"detections": [{"label": draw(printable) or "x", "box": [x1, y1, x1 + 0.5, y1 + 0.5]}]}
@@ -101,7 +115,9 @@ def random_samples(draw):
     return parse_sample({"id": "h", "image": "a.png" if has_image else None, "messages": messages})
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(sample=random_samples())
 def test_property_labels_decode_to_assistant_turns(sample, tiny_tokenizer):
     rendered = render_sample(sample, tiny_tokenizer, IMAGE_TOKENS)
@@ -109,10 +125,14 @@ def test_property_labels_decode_to_assistant_turns(sample, tiny_tokenizer):
     assert len(rendered.input_ids) == len(rendered.labels)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(sample=random_samples())
 def test_property_template_agrees(sample, tiny_tokenizer):
-    if any("</s>" in text or "<s>" in text or "<pad>" in text or "<unk>" in text for _, text in chat_turns(sample.messages)):
+    if any(
+        "</s>" in text or "<s>" in text or "<pad>" in text or "<unk>" in text for _, text in chat_turns(sample.messages)
+    ):
         return  # the template tokenises special-token strings as special tokens; the renderer (safely) does not
     rendered = render_sample(sample, tiny_tokenizer, IMAGE_TOKENS)
     ids, mask = template_ids_and_mask(sample, tiny_tokenizer, IMAGE_TOKENS)

@@ -28,14 +28,23 @@ def _bad(mutate) -> dict:
 BAD_SAMPLES = {
     "unknown role": (lambda d: d["messages"][1].update(role="robot"), "messages.1"),
     "actions not a list": (lambda d: d["messages"][1].update(actions={"tool": "x"}), "messages.1.actions"),
-    "box outside [0, 1]": (lambda d: d["messages"][2]["content"]["detections"][0].update(box=[0.1, 0.2, 1.3, 0.4]), "messages.2.content.detections.0.box"),
-    "box with x1 > x2": (lambda d: d["messages"][2]["content"]["detections"][0].update(box=[0.5, 0.2, 0.3, 0.4]), "messages.2.content.detections.0.box"),
+    "box outside [0, 1]": (
+        lambda d: d["messages"][2]["content"]["detections"][0].update(box=[0.1, 0.2, 1.3, 0.4]),
+        "messages.2.content.detections.0.box",
+    ),
+    "box with x1 > x2": (
+        lambda d: d["messages"][2]["content"]["detections"][0].update(box=[0.5, 0.2, 0.3, 0.4]),
+        "messages.2.content.detections.0.box",
+    ),
     "missing image placeholder": (lambda d: d["messages"][0].update(content="How many planes?"), "messages.0.content"),
     "tool turn for the wrong tool": (lambda d: d["messages"][2].update(name="ground"), "messages.2.name"),
     "ends with a think turn": (lambda d: d["messages"].pop(), "messages.2"),
     "unknown top-level key": (lambda d: d.update(imag="x.png"), "imag"),
     "bad modality": (lambda d: d.update(modality="lidar"), "modality"),
-    "polygon with two points": (lambda d: d["messages"][2]["content"]["detections"][0].update(polygon=[[0.1, 0.1], [0.2, 0.2]]), "messages.2.content.detections.0"),
+    "polygon with two points": (
+        lambda d: d["messages"][2]["content"]["detections"][0].update(polygon=[[0.1, 0.1], [0.2, 0.2]]),
+        "messages.2.content.detections.0",
+    ),
 }
 
 

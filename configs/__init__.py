@@ -1,0 +1,1 @@
+"""Shipped configs (YAML/JSON data, no code): `importlib.resources.files("geopilot.configs")`."""

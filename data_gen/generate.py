@@ -1,0 +1,603 @@
+"""The four-stage tool-trace generator (paper §2.3.3) and the run that writes a dataset from it.
+
+Per source annotation record and ability: (1) a natural user query and (2) the think turn (reasoning + the
+tool call, params consistent with the annotation) come from one `plan` request; (3) the tool output is the
+ground truth, produced by the annotation-backed backend (`geopilot.tools.annotations`), stored canonical in the
+sample and rendered for the LLM only by `geopilot.wire.format_tool_turn`; (4) the grounded final answer comes
+from one `answer` request. General understanding: GeoChat-Instruct dialogues (grounding-centred ones filtered
+out) get a generated reasoning step per answer; SARLANG-1M captions become tool-free instruction dialogues.
+
+Every reply is parsed and validated (`geopilot.data_gen.validate`); a failing reply is regenerated with the
+failure named in the prompt, up to `max_regenerations` times, then the sample is dropped with its reason.
+Run it with `geopilot generate --config configs/data_gen/<name>.yaml --out DIR`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from geopilot.config import StrictConfig
+from geopilot.data_gen.abilities import (
+    ABILITIES,
+    GENERAL,
+    Target,
+    is_grounding_centred,
+    plan_target,
+    supports,
+    vocabulary,
+)
+from geopilot.data_gen.journal import Journal, atomic_write, summary
+from geopilot.data_gen.llm import LLMBackend, LLMRequest, OpenAIBackend, PromptFile, load_prompts
+from geopilot.data_gen.records import AnnotationRecord, Dialogue
+from geopilot.data_gen.validate import (
+    SEMANTIC,
+    AnswerReply,
+    Failure,
+    PlanReply,
+    check_answer,
+    check_plan,
+    first_cause,
+    parse_reply,
+    tool_registry,
+)
+from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, Sample, ToolMessage, UserMessage
+from geopilot.tool_output import llm_view
+from geopilot.wire import dumps, format_tool_turn
+
+# ---- config -----------------------------------------------------------------------------------------------------
+
+
+class SourceConfig(StrictConfig):
+    reader: str  # a key of geopilot.data_gen.readers.READERS, e.g. "dota"
+    root: Path  # the dataset's root folder
+    limit: int | None = Field(default=None, ge=1)  # use at most this many records (the first by record id)
+    abilities: list[str] | None = None  # restrict this source to these abilities (default: the run's list)
+    options: dict[str, Any] = {}  # keyword arguments of the reader, e.g. {split: train}
+
+
+class BackendConfig(StrictConfig):
+    kind: Literal["template", "openai"] = "template"
+    url: str | None = None  # OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (kind: openai)
+    model: str = "gemini-2.5-flash"
+    api_key_env: str | None = None  # name of the environment variable holding the API key
+    concurrency: int = Field(default=8, ge=1, le=1024)  # requests in flight at once
+    max_retries: int = Field(default=5, ge=0)  # per request, on 429 / 5xx / timeouts / refused connections
+    timeout_s: float = Field(default=60.0, gt=0)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    temperature: float = Field(default=0.7, ge=0)
+    max_tokens: int = Field(default=1024, ge=16)
+    json_mode: bool = True  # send response_format={"type": "json_object"}
+    cache: bool = True  # on-disk response cache under <out>/llm_cache
+
+
+# Backend settings that may change between a run and its resumption (a new port, more concurrency).
+RUN_ONLY_BACKEND_KEYS = (
+    "url",
+    "concurrency",
+    "max_retries",
+    "timeout_s",
+    "backoff_base_s",
+    "backoff_max_s",
+    "api_key_env",
+    "cache",
+)
+
+
+class GenerateConfig(StrictConfig):
+    sources: list[SourceConfig] = Field(min_length=1)
+    abilities: list[str] = Field(default_factory=lambda: list(ABILITIES))
+    samples_per_record: int = Field(default=1, ge=1)  # tool samples per (record, ability)
+    backend: BackendConfig = BackendConfig()
+    seed: int = 0
+    shard_size: int = Field(default=1000, ge=1)
+    max_regenerations: int = Field(default=3, ge=0)  # per stage; then the sample is dropped with its reason
+
+    def checked(self) -> GenerateConfig:
+        unknown = sorted(
+            {a for a in self.abilities + [a for s in self.sources for a in s.abilities or []] if a not in ABILITIES}
+        )
+        if unknown:
+            raise ConfigError(f"unknown abilities {unknown}; choose from {', '.join(ABILITIES)}")
+        if self.backend.kind == "openai" and not self.backend.url:
+            raise ConfigError("backend.url is required for backend.kind: openai")
+        return self
+
+    def content_hash(self) -> str:
+        """What decides the samples: everything but where and how fast they are fetched (the model counts)."""
+        data = self.model_dump(mode="json")
+        for key in RUN_ONLY_BACKEND_KEYS:
+            data["backend"].pop(key)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_backend(config: BackendConfig, cache_dir: Path) -> LLMBackend:
+    if config.kind == "template":
+        from geopilot.data_gen.templates import TemplateBackend
+
+        return TemplateBackend()
+    api_key = None
+    if config.api_key_env:
+        api_key = os.environ.get(config.api_key_env)
+        if not api_key:
+            raise ConfigError(
+                f"backend.api_key_env names {config.api_key_env!r}, but that environment variable is not set"
+            )
+    return OpenAIBackend(
+        config.url,
+        config.model,
+        api_key=api_key,
+        concurrency=config.concurrency,
+        max_retries=config.max_retries,
+        timeout_s=config.timeout_s,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        json_mode=config.json_mode,
+        backoff_base_s=config.backoff_base_s,
+        backoff_max_s=config.backoff_max_s,
+        cache_dir=cache_dir if config.cache else None,
+    )
+
+
+# ---- jobs: one per sample id, in a fixed order ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int  # position in the run's job order (decides the shard and the order within it)
+    sample_id: str  # "<source>/<record_id>/<ability>/<k>"
+    record: AnnotationRecord
+    root: Path
+    ability: str
+    k: int
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    read_reports: dict[str, dict]  # source name -> {"records": n, "skipped": {cause: n}}
+    skips: Counter = field(default_factory=Counter)  # generator-side skips by cause
+
+
+def source_slug(source: str) -> str:
+    return "-".join(source.lower().split())
+
+
+def dialogue_kind(dialogue: Dialogue) -> str:
+    """Is this a caption to turn into an instruction dialogue ("caption"), or Q/A turns to reason about ("dialogue")?"""
+    has_user = any(role == "user" for role, _ in dialogue.turns)
+    return "caption" if dialogue.task.lower() == "caption" or not has_user else "dialogue"
+
+
+def plan_jobs(config: GenerateConfig, readers: dict | None = None) -> Plan:
+    if readers is None:
+        from geopilot.data_gen.readers import READERS as readers
+    plan = Plan(jobs=[], read_reports={})
+    seen: set[str] = set()
+    for source in config.sources:
+        if source.reader not in readers:
+            raise ConfigError(f"unknown reader {source.reader!r}; available: {', '.join(readers)}")
+        records, report = readers[source.reader](source.root, **source.options)
+        key = source.reader if source.reader not in plan.read_reports else f"{source.reader}:{source.root}"
+        plan.read_reports[key] = {"records": report.records, "skipped": dict(report.skipped)}
+        records = sorted(records, key=lambda r: r.record_id)[: source.limit]
+        abilities = [a for a in config.abilities if source.abilities is None or a in source.abilities]
+        for record in records:
+            used = 0
+            for ability in abilities:
+                if not supports(ability, record):
+                    continue
+                if ability == GENERAL:
+                    ks = []
+                    for k, dialogue in enumerate(record.dialogues):
+                        if (
+                            record.modality == "optical"
+                            and dialogue_kind(dialogue) == "dialogue"
+                            and is_grounding_centred(dialogue)
+                        ):
+                            plan.skips["grounding_centred"] += 1
+                        else:
+                            ks.append(k)
+                else:
+                    ks = list(range(config.samples_per_record))
+                for k in ks:
+                    sample_id = f"{source_slug(record.source)}/{record.record_id}/{ability}/{k}"
+                    if sample_id in seen:
+                        plan.skips["duplicate_record_id"] += 1
+                        continue
+                    seen.add(sample_id)
+                    plan.jobs.append(Job(len(plan.jobs), sample_id, record, Path(source.root), ability, k))
+                    used += 1
+            if not used:
+                plan.skips["no_usable_annotation"] += 1
+    return plan
+
+
+# ---- one sample ---------------------------------------------------------------------------------------------------
+
+
+def derive_seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()[:4], "big")
+
+
+@dataclass
+class Outcome:
+    job: Job
+    sample: Sample | None
+    meta: dict
+
+    def entry(self) -> dict:
+        return {
+            "id": self.job.sample_id,
+            "index": self.job.index,
+            "status": "kept" if self.sample is not None else "dropped",
+            "sample": self.sample.model_dump(mode="json") if self.sample is not None else None,
+            "meta": self.meta,
+        }
+
+
+class Dropped(Exception):
+    """A sample that failed validation on every attempt (or whose annotation cannot make one)."""
+
+    def __init__(self, cause: str, detail: str):
+        self.cause, self.detail = cause, detail
+        super().__init__(f"{cause}: {detail}")
+
+
+class SampleGenerator:
+    def __init__(
+        self, backend: LLMBackend, prompts: dict[str, PromptFile], seed: int, max_regenerations: int, out_dir: Path
+    ):
+        self.backend, self.prompts, self.seed = backend, prompts, seed
+        self.max_attempts = max_regenerations + 1
+        self._out_abs = os.path.abspath(out_dir)  # sample images are stored relative to the shards' folder
+        self.registry = tool_registry()
+
+    async def generate(self, job: Job) -> Outcome:
+        meta = {
+            "backend": self.backend.name,
+            "model": self.backend.model,
+            "attempts": {},
+            "regenerations": {},
+            "first_pass": {},
+            "prompt_versions": {},
+            "retries": {},
+            "cache_hits": 0,
+            "drop_reason": None,
+            "drop_detail": None,
+        }
+        try:
+            if job.ability == GENERAL:
+                sample = await self._general(job, meta)
+            else:
+                sample = await self._tool_sample(job, meta)
+        except Dropped as drop:
+            meta["drop_reason"], meta["drop_detail"] = drop.cause, drop.detail[:500]
+            return Outcome(job, None, meta)
+        return Outcome(job, sample, meta)
+
+    # -- the ask / validate / regenerate loop ---------------------------------------------------------------------
+    async def _ask(self, job: Job, stage: str, facts: dict, values: dict, check, meta: dict):
+        prompt = self.prompts[stage]
+        meta["prompt_versions"][stage] = prompt.version
+        feedback = ""
+        failures: list[Failure] = []
+        for attempt in range(self.max_attempts):
+            messages = prompt.render({**values, "facts": dumps(facts), "feedback": feedback})
+            request = LLMRequest(
+                stage, messages, facts, derive_seed(self.seed, job.sample_id, stage, attempt), prompt.version
+            )
+            text, info = await self.backend.complete(request)
+            meta["attempts"][stage] = attempt + 1
+            meta["cache_hits"] += int(info.cached)
+            for cause, n in info.retries.items():
+                meta["retries"][cause] = meta["retries"].get(cause, 0) + n
+            reply, parse_failure = parse_reply(stage, text)
+            failures = [parse_failure] if parse_failure else check(reply)
+            if attempt == 0:
+                self._first_pass(meta, stage, reply, failures)
+            if not failures:
+                return reply
+            worst = first_cause(failures)
+            if attempt + 1 < self.max_attempts:
+                meta["regenerations"][worst.cause] = meta["regenerations"].get(worst.cause, 0) + 1
+            feedback = f"Your previous reply was rejected ({worst.cause}): {worst.detail[:300]}. Reply again, following every rule."
+        worst = first_cause(failures)
+        raise Dropped(worst.cause, worst.detail)
+
+    @staticmethod
+    def _first_pass(meta: dict, stage: str, reply, failures: list[Failure]) -> None:
+        """Record the first attempt's result per semantic dimension this stage checks; a reply that does not even
+        parse is a structural failure and is not judged semantically."""
+        dims = {"plan": SEMANTIC[:3], "answer": SEMANTIC[3:], "caption_dialogue": SEMANTIC[:1], "reasoning": ()}[stage]
+        causes = {f.cause for f in failures}
+        for dim in dims if reply is not None else ():
+            meta["first_pass"][dim] = dim not in causes
+        meta["first_pass"][f"structural_{stage}"] = not (causes - set(SEMANTIC))
+
+    # -- tool-augmented samples -------------------------------------------------------------------------------------
+    async def _tool_sample(self, job: Job, meta: dict) -> Sample:
+        from geopilot.tools.annotations import AnnotationBackend
+
+        record = job.record
+        rng = random.Random(derive_seed(self.seed, job.sample_id, "target"))
+        target = plan_target(job.ability, record, rng)
+        tool = self.registry.get(target.tool)
+        facts = {
+            "stage": "plan",
+            "sample_id": job.sample_id,
+            "ability": job.ability,
+            "difficulty": target.difficulty,
+            "modality": record.modality,
+            "source": record.source,
+            "tool": target.tool,
+            "params": target.params,
+            **target.facts,
+        }
+        values = {
+            "tool": target.tool,
+            "tool_description": tool.description,
+            "difficulty": target.difficulty,
+            "params": dumps(target.params),
+            "schema": _schema_text(tool.params_model),
+            "modality": record.modality,
+            "source": record.source,
+            "ability": job.ability,
+        }
+        plan: PlanReply = await self._ask(
+            job, "plan", facts, values, lambda r: check_plan(r, target, record.modality, self.registry), meta
+        )
+        action = Action(tool=target.tool, params=target.params)  # the annotation's canonical spelling
+        try:
+            output = AnnotationBackend(target.record, root=job.root).call(target.tool, target.params)
+        except GeoPilotInputError as err:
+            raise Dropped("annotation_unusable", str(err)) from None
+        meta["tool_provenance"] = output.provenance
+        query = " ".join(plan.query.replace(IMAGE_PLACEHOLDER, " ").split())  # the sample adds the one placeholder
+        answer_facts = {
+            "stage": "answer",
+            "sample_id": job.sample_id,
+            "ability": job.ability,
+            "tool": target.tool,
+            "params": target.params,
+            "query": query,
+            "view": llm_view(output),
+        }
+        answer_values = {
+            "tool": target.tool,
+            "query": query,
+            "tool_turn": format_tool_turn([(target.tool, output)], query),
+        }
+        names = vocabulary(record)
+        answer: AnswerReply = await self._ask(
+            job, "answer", answer_facts, answer_values, lambda r: check_answer(r, output, target, names, query), meta
+        )
+        messages = [
+            UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{query}"),
+            AssistantMessage(reasoning=plan.reasoning.strip(), actions=[action], value=None),
+            ToolMessage(name=target.tool, content=output),
+            AssistantMessage(reasoning=answer.reasoning.strip(), actions=[], value=answer.answer.strip()),
+        ]
+        return self._sample(job, target, messages)
+
+    def _sample(self, job: Job, target: Target | None, messages: list) -> Sample:
+        image = Path(job.record.image)
+        image = image if image.is_absolute() else job.root / image
+        try:
+            return Sample(
+                id=job.sample_id,
+                image=os.path.relpath(os.path.abspath(image), self._out_abs),
+                modality=job.record.modality,
+                source=job.record.source,
+                ability=job.ability,
+                difficulty=target.difficulty if target is not None else None,
+                messages=messages,
+            )
+        except ValueError as err:  # pydantic's ValidationError: a sample that breaks the schema is never kept
+            raise Dropped("sample_schema", str(err)) from None
+
+    # -- general understanding (tool-free) --------------------------------------------------------------------------
+    async def _general(self, job: Job, meta: dict) -> Sample:
+        dialogue = job.record.dialogues[job.k]
+        turns = [(role, text.replace(IMAGE_PLACEHOLDER, "").strip()) for role, text in dialogue.turns]
+        facts = {"stage": "", "sample_id": job.sample_id, "source": job.record.source}
+        values = {"source": job.record.source}
+        if dialogue_kind(dialogue) == "caption":
+            caption = next((text for role, text in reversed(turns) if role == "assistant"), turns[-1][1])
+            facts.update(stage="caption_dialogue", caption=caption)
+            reply = await self._ask(job, "caption_dialogue", facts, values, _check_caption_dialogue, meta)
+            pairs = [(reply.query.strip(), reply.reasoning.strip(), caption)]
+        else:
+            while turns and turns[-1][0] != "assistant":
+                turns.pop()
+            roles = [role for role, _ in turns]
+            if not turns or roles != ["user", "assistant"] * (len(turns) // 2):
+                raise Dropped("malformed_dialogue", f"turns must alternate user/assistant, got {roles}")
+            facts.update(stage="reasoning", turns=[list(t) for t in turns])
+            n = len(turns) // 2
+            reply = await self._ask(
+                job, "reasoning", facts, {**values, "turns": str(n)}, lambda r: _check_reasoning(r, n), meta
+            )
+            pairs = [(turns[2 * i][1], reply.reasoning[i].strip(), turns[2 * i + 1][1]) for i in range(n)]
+        messages = []
+        for i, (question, reasoning, answer) in enumerate(pairs):
+            messages.append(UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{question}" if i == 0 else question))
+            messages.append(AssistantMessage(reasoning=reasoning, actions=[], value=answer))
+        return self._sample(job, None, messages)
+
+
+@cache
+def _schema_text(params_model) -> str:
+    return dumps(params_model.model_json_schema())
+
+
+def _check_caption_dialogue(reply) -> list[Failure]:
+    words = reply.query.split()
+    if not 2 <= len(words) <= 80 or "{" in reply.query:
+        return [Failure("query_answerability", f"query {reply.query[:80]!r} is not a short natural request")]
+    return []
+
+
+def _check_reasoning(reply, turns: int) -> list[Failure]:
+    if len(reply.reasoning) != turns or not all(r.strip() for r in reply.reasoning):
+        return [Failure("reply_schema", f"expected {turns} non-empty reasoning strings, got {len(reply.reasoning)}")]
+    return []
+
+
+# ---- the run ------------------------------------------------------------------------------------------------------
+
+
+async def run_jobs(jobs: list[Job], generator: SampleGenerator, on_done, workers: int) -> None:
+    """Run jobs with `workers` in flight; the first fatal error (endpoint down) cancels the rest and propagates."""
+    pending = iter(jobs)
+
+    async def worker() -> None:
+        for job in pending:  # one shared iterator: every job is taken exactly once
+            await on_done(await generator.generate(job))
+
+    tasks = [asyncio.create_task(worker()) for _ in range(max(1, min(workers, len(jobs))))]
+    done, rest = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    for task in done:
+        if task.exception() is not None:
+            raise task.exception()
+
+
+@dataclass
+class RunResult:
+    manifest: dict
+    report: dict
+    new: int  # jobs finished in this invocation
+    resumed: int  # jobs found done in the journal
+    seconds: float  # wall time of the generation phase (reading sources and writing outputs not included)
+
+
+def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None = None, progress=None) -> RunResult:
+    """Plan, generate what the journal lacks, and write shards + manifest + report. Safe to rerun after a kill."""
+    from geopilot.data_gen.report import build_report, write_report
+
+    config = config.checked()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_run(out_dir, config)
+    prompts = load_prompts()
+    plan = plan_jobs(config, readers)
+    journal = Journal(out_dir / "journal")
+    entries = journal.recover()
+    shard_of = {job.sample_id: job.index // config.shard_size for job in plan.jobs}
+    todo = [job for job in plan.jobs if job.sample_id not in entries]
+    resumed = len(plan.jobs) - len(todo)
+    backend = build_backend(config.backend, out_dir / "llm_cache")
+    generator = SampleGenerator(backend, prompts, config.seed, config.max_regenerations, out_dir)
+    new = 0
+
+    async def on_done(outcome: Outcome) -> None:
+        nonlocal new
+        entry = outcome.entry()
+        await journal.commit(shard_of[entry["id"]], entry)
+        entries[entry["id"]] = summary(entry)
+        new += 1
+        if progress is not None:
+            progress(resumed + new, len(plan.jobs))
+
+    async def main() -> None:
+        try:
+            await run_jobs(todo, generator, on_done, backend.concurrency)
+        finally:
+            await backend.aclose()
+
+    start = time.perf_counter()
+    try:
+        asyncio.run(main())
+    finally:  # what finished is written out even when the endpoint went down
+        seconds = time.perf_counter() - start
+        journal.close()
+        manifest = write_shards(out_dir, config, plan, journal, prompts, backend)
+        report = build_report(plan, entries, config, manifest, torn_lines=journal.torn_lines)
+        write_report(out_dir, report)
+    return RunResult(manifest, report, new, resumed, seconds)
+
+
+def _check_same_run(out_dir: Path, config: GenerateConfig) -> None:
+    run_file = out_dir / "run.json"
+    digest = config.content_hash()
+    if run_file.is_file():
+        started = json.loads(run_file.read_text(encoding="utf-8"))
+        if started.get("config_hash") != digest:
+            raise ConfigError(
+                f"{out_dir} holds a run started with a different config (hash {started.get('config_hash')}, now {digest}); "
+                "resume with the same config or choose a new --out"
+            )
+    else:
+        atomic_write(run_file, json.dumps({"config_hash": digest, "config": config.model_dump(mode="json")}, indent=2))
+
+
+def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Journal, prompts: dict, backend) -> dict:
+    """Rebuild `shard-NNNNN.jsonl` (samples) and `provenance/shard-NNNNN.jsonl` (per-sample meta) in job order,
+    one shard at a time from its journal; every kept sample is re-validated against the schema on the way."""
+    (out_dir / "provenance").mkdir(exist_ok=True)
+    by_shard: dict[int, list[Job]] = {}
+    for job in plan.jobs:
+        by_shard.setdefault(job.index // config.shard_size, []).append(job)
+    shards, invalid = [], 0
+    for shard, jobs in sorted(by_shard.items()):
+        entries = journal.read_shard(shard)
+        done = [entries[j.sample_id] for j in jobs if j.sample_id in entries]
+        kept = []
+        for entry in done:
+            if entry["status"] != "kept":
+                continue
+            try:
+                Sample.model_validate(entry["sample"])
+            except ValueError:
+                invalid += 1
+                continue
+            kept.append(json.dumps(entry["sample"], ensure_ascii=False) + "\n")
+        meta = [
+            json.dumps({"id": e["id"], "status": e["status"], **e["meta"]}, ensure_ascii=False) + "\n" for e in done
+        ]
+        name = f"shard-{shard:05d}.jsonl"
+        text = "".join(kept)
+        atomic_write(out_dir / name, text)
+        atomic_write(out_dir / "provenance" / name, "".join(meta))
+        shards.append(
+            {
+                "path": name,
+                "samples": len(kept),
+                "dropped": len(done) - len(kept),
+                "pending": len(jobs) - len(done),
+                "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            }
+        )
+    pending = sum(s["pending"] for s in shards)
+    manifest = {
+        "complete": pending == 0,
+        "samples": sum(s["samples"] for s in shards),
+        "dropped": sum(s["dropped"] for s in shards),
+        "pending": pending,
+        "schema_invalid": invalid,  # kept in the journal but failing the schema now: left out of the shards
+        "jobs": len(plan.jobs),
+        "shards": shards,
+        "config_hash": config.content_hash(),
+        "config": config.model_dump(mode="json"),
+        "backend": {"kind": backend.name, "model": backend.model},
+        "prompt_versions": {name: p.version for name, p in prompts.items()},
+        "tool_outputs": "ground truth via the annotation-backed backend (geopilot.tools.annotations), provenance 'annotations'",
+    }
+    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest

@@ -1,0 +1,189 @@
+"""Shared pieces of the source-dataset readers: skip causes, root checks, safe XML, geometry normalisation.
+
+Every reader returns `(records, report)`: bad items are skipped and counted in `report` under one of the causes
+below; only a missing or unusable dataset root raises (`DatasetRootError`, a `GeoPilotInputError`).
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import defusedxml.ElementTree as SafeET
+import numpy as np
+from defusedxml import DefusedXmlException
+from PIL import Image
+
+from geopilot.data_gen.records import AnnotationRecord, ObjectAnnotation, ReadReport
+from geopilot.errors import GeoPilotInputError
+
+ReadResult = tuple[list[AnnotationRecord], ReadReport]
+
+# Skip causes: the keys of ReadReport.skipped (records or objects skipped for that reason).
+MISSING_IMAGE = "missing_image"  # an annotation names an image that is not on disk
+UNREADABLE_IMAGE = "unreadable_image"  # the image exists but its header cannot be read
+MISSING_LABEL = "missing_label"  # an image/list entry whose label file (mask, pair, graph) is absent
+MALFORMED_FILE = "malformed_file"  # XML/JSON/CSV/pickle that does not parse or lacks required fields
+MALFORMED_LINE = "malformed_line"  # one object line/row/entry inside an otherwise good file
+UNSAFE_PICKLE = "unsafe_pickle"  # a pickle that asks for anything beyond builtin containers and numbers
+BAD_POLYGON = "bad_polygon"  # fewer than 3 points, or zero area
+BAD_GEOMETRY = "bad_geometry"  # a box that is empty or lies outside the image
+UNKNOWN_CLASS = "unknown_class"  # a class that is not in the dataset's class list
+SIZE_MISMATCH = "size_mismatch"  # a mask / paired image whose size differs from the image's
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+
+
+class DatasetRootError(GeoPilotInputError):
+    """The dataset root (or the one file a dataset consists of) is missing or unusable."""
+
+
+def require_dir(root: Path | str, dataset: str, hint: str = "") -> Path:
+    path = Path(root).expanduser()
+    if not path.is_dir():
+        raise DatasetRootError(f"{dataset}: dataset root {str(path)!r} is not a folder{f' ({hint})' if hint else ''}")
+    return path.resolve()
+
+
+def read_index_file(path: Path, dataset: str) -> str:
+    """A split list / phrase list the whole dataset hangs on: its text, or DatasetRootError if unreadable."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DatasetRootError(f"{dataset}: cannot read {path}: {err}") from err
+
+
+def label_name(raw: str) -> str:
+    """Source class name -> record label: lower case, '-' and '_' as spaces ("Small_Vehicle" -> "small vehicle")."""
+    return " ".join(raw.replace("-", " ").replace("_", " ").lower().split())
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) from the file header (no decoding); None when neither PIL nor rasterio can read it."""
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except Exception:  # noqa: BLE001 - PIL raises many types for odd TIFFs; fall back to GDAL
+        pass
+    try:
+        import rasterio
+
+        with rasterio.open(path) as dataset:
+            return dataset.width, dataset.height
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def find_image(folder: Path, stem: str, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> Path | None:
+    for suffix in suffixes:
+        for candidate in (folder / f"{stem}{suffix}", folder / f"{stem}{suffix.upper()}"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def checked_image(path: Path | None, report: ReadReport, what: str) -> tuple[Path, int, int] | None:
+    """The image's path and size, or None after counting why it cannot be used (`what` names the annotation)."""
+    if path is None or not path.is_file():
+        report.skip(MISSING_IMAGE, f"{what}: image {path if path else 'with that name'} not found")
+        return None
+    size = image_size(path)
+    if size is None or size[0] <= 0 or size[1] <= 0:
+        report.skip(UNREADABLE_IMAGE, f"{what}: cannot read the size of {path}")
+        return None
+    return path, size[0], size[1]
+
+
+def parse_xml(path: Path) -> ET.Element:
+    """Parse with DTDs, entities and external references forbidden (defusedxml). Raises ValueError."""
+    try:
+        return SafeET.parse(str(path), forbid_dtd=True).getroot()
+    except (ET.ParseError, DefusedXmlException, OSError) as err:
+        raise ValueError(f"{path}: {type(err).__name__}: {err}") from err
+
+
+def polygon_area(points: list[tuple[float, float]]) -> float:
+    return 0.5 * abs(
+        sum(x1 * y2 - x2 * y1 for (x1, y1), (x2, y2) in zip(points, points[1:] + points[:1], strict=False))
+    )
+
+
+def _clip01(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def polygon_object(
+    points_px: list[tuple[float, float]],
+    width: int,
+    height: int,
+    label: str,
+    *,
+    difficult: bool = False,
+    object_id: str | None = None,
+    mask: dict | None = None,
+) -> ObjectAnnotation | str:
+    """A polygon in pixels -> ObjectAnnotation (normalised, clipped to the image), or the skip cause."""
+    if len(points_px) >= 2 and points_px[0] == points_px[-1]:
+        points_px = points_px[:-1]  # closed ring: the last point repeats the first
+    if len(points_px) < 3 or not all(math.isfinite(v) for point in points_px for v in point):
+        return BAD_POLYGON
+    if polygon_area(points_px) <= 0.0:
+        return BAD_POLYGON
+    polygon = tuple((_clip01(x / width), _clip01(y / height)) for x, y in points_px)
+    xs, ys = [x for x, _ in polygon], [y for _, y in polygon]
+    box = (min(xs), min(ys), max(xs), max(ys))
+    if not (box[0] < box[2] and box[1] < box[3]):
+        return BAD_GEOMETRY  # entirely outside the image
+    return ObjectAnnotation(label, box, polygon, mask, difficult, object_id)
+
+
+def box_object(
+    x1: float,
+    y1: float,
+    x2: float,
+    y2: float,
+    width: int,
+    height: int,
+    label: str,
+    *,
+    difficult: bool = False,
+    object_id: str | None = None,
+    polygon_px: list[tuple[float, float]] | None = None,
+    mask: dict | None = None,
+) -> ObjectAnnotation | str:
+    """An axis-aligned pixel box (x1, y1, x2, y2) -> ObjectAnnotation, or the skip cause."""
+    values = (x1, y1, x2, y2)
+    if not all(math.isfinite(v) for v in values) or x2 <= x1 or y2 <= y1:
+        return BAD_GEOMETRY
+    box = (_clip01(x1 / width), _clip01(y1 / height), _clip01(x2 / width), _clip01(y2 / height))
+    if not (box[0] < box[2] and box[1] < box[3]):
+        return BAD_GEOMETRY
+    polygon = None
+    if polygon_px is not None:
+        if len(polygon_px) >= 2 and polygon_px[0] == polygon_px[-1]:
+            polygon_px = polygon_px[:-1]
+        if len(polygon_px) >= 3 and polygon_area(polygon_px) > 0:
+            polygon = tuple((_clip01(x / width), _clip01(y / height)) for x, y in polygon_px)
+    return ObjectAnnotation(label, box, polygon, mask, difficult, object_id)
+
+
+def add_object(record: AnnotationRecord, made: ObjectAnnotation | str, report: ReadReport, what: str) -> None:
+    """Append a made object, or count its skip cause."""
+    if isinstance(made, str):
+        report.skip(made, what)
+    else:
+        record.objects.append(made)
+
+
+def mask_to_rle(mask: np.ndarray) -> dict:
+    """Boolean (H, W) mask -> COCO RLE with `counts` as str (pycocotools encodes Fortran-ordered uint8)."""
+    from pycocotools import mask as mask_utils
+
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": rle["counts"].decode("ascii")}
+
+
+def finish(records: list[AnnotationRecord], report: ReadReport) -> ReadResult:
+    report.records = len(records)
+    return records, report

@@ -1,0 +1,97 @@
+"""FAIR1M 1.0 / 2.0 reader: `<root>/<split>/[partN/]{images,labelXml}/<n>.{tif,xml}`.
+
+Each object: `possibleresult/name` (37 fine classes) and `points/point` as "x, y" pixel strings forming a closed
+ring (5 points, the last repeats the first). Run: `read_fair1m(Path("FAIR1M"), split="train")`.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from geopilot.data_gen.readers.common import (
+    MALFORMED_FILE,
+    MALFORMED_LINE,
+    UNKNOWN_CLASS,
+    DatasetRootError,
+    ReadResult,
+    add_object,
+    checked_image,
+    find_image,
+    finish,
+    label_name,
+    parse_xml,
+    polygon_object,
+    require_dir,
+)
+from geopilot.data_gen.records import AnnotationRecord, ReadReport
+
+FAIR1M_CLASSES = (
+    # Ship
+    "Passenger Ship", "Motorboat", "Fishing Boat", "Tugboat", "other-ship", "Engineering Ship", "Liquid Cargo Ship",
+    "Dry Cargo Ship", "Warship",
+    # Vehicle
+    "Small Car", "Bus", "Cargo Truck", "Dump Truck", "other-vehicle", "Van", "Trailer", "Tractor", "Excavator",
+    "Truck Tractor",
+    # Airplane
+    "Boeing737", "Boeing747", "Boeing777", "Boeing787", "ARJ21", "C919", "A220", "A321", "A330", "A350",
+    "other-airplane",
+    # Court
+    "Baseball Field", "Basketball Court", "Football Field", "Tennis Court",
+    # Road
+    "Roundabout", "Intersection", "Bridge",
+)  # fmt: skip
+_BY_KEY = {label_name(name): name for name in FAIR1M_CLASSES}  # matched case- and separator-insensitively
+
+
+def _point(text: str | None) -> tuple[float, float]:
+    parts = (text or "").replace(",", " ").split()
+    if len(parts) != 2:
+        raise ValueError(f"point {text!r} is not 'x, y'")
+    return float(parts[0]), float(parts[1])
+
+
+def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report, name: str) -> None:
+    for index, obj in enumerate(xml_root.iter("object")):
+        where = f"{name} object {index}"
+        raw = (obj.findtext("possibleresult/name") or "").strip()
+        if label_name(raw) not in _BY_KEY:
+            report.skip(UNKNOWN_CLASS, f"{where}: class {raw!r} not in FAIR1M classes")
+            continue
+        coordinate = (obj.findtext("coordinate") or "pixel").strip().lower()
+        try:
+            if coordinate != "pixel":
+                raise ValueError(f"coordinate type {coordinate!r}, only 'pixel' is supported")
+            points = [_point(p.text) for p in obj.iterfind("points/point")]
+        except ValueError as err:
+            report.skip(MALFORMED_LINE, f"{where}: {err}")
+            continue
+        add_object(record, polygon_object(points, width, height, label_name(raw)), report, where)
+
+
+def read_fair1m(root: Path, split: str = "train") -> ReadResult:
+    split_dir = require_dir(Path(root) / split, "FAIR1M", "expected <root>/<split>/[partN/]labelXml")
+    label_dirs = sorted(p for p in split_dir.glob("**/labelXml") if p.is_dir())
+    if not label_dirs:
+        raise DatasetRootError(f"FAIR1M: no labelXml folder under {split_dir} (the test split has no public labels)")
+    records: list[AnnotationRecord] = []
+    report = ReadReport()
+    for label_dir in label_dirs:
+        for xml_path in sorted(label_dir.glob("*.xml")):
+            try:
+                xml_root = parse_xml(xml_path)
+            except ValueError as err:
+                report.skip(MALFORMED_FILE, str(err))
+                continue
+            images = label_dir.parent / "images"
+            found = find_image(images, xml_path.stem) or images / f"{xml_path.stem}.tif"
+            image = checked_image(found, report, xml_path.name)
+            if image is None:
+                continue
+            image_path, width, height = image
+            part = label_dir.parent.relative_to(split_dir).as_posix()
+            record_id = xml_path.stem if part == "." else f"{part}/{xml_path.stem}"
+            record = AnnotationRecord("FAIR1M", str(image_path), width, height, "optical", split, record_id)
+            _parse_objects(xml_root, width, height, record, report, xml_path.name)
+            records.append(record)
+    return finish(records, report)

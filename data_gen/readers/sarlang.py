@@ -1,0 +1,156 @@
+"""SARLANG-1M reader: SAR images under `SARimages/` and text under `Text/caption/` and `Text/VQA/`.
+
+Files (CSV, JSON or JSONL): `Caption-training` (train), `Caption_test` (complex captions, split "test"),
+`Caption_test1` (concise captions, split "test_concise"), `SARVQA1_<split>` and `SARVQA2_<split>`. The column
+names are not published, so the header is sniffed from known aliases (an `image` column plus `caption`, or
+`question` + `answer`); a file without a recognisable header is read positionally (image, caption) or
+(image, question, answer[, type]). JSON rows may also be LLaMA-Factory records (`messages`/`conversations` +
+`images`). One record per image, one Dialogue per caption or QA pair.
+Run: `read_sarlang(Path("SARLANG-1M"), split="test")`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from geopilot.data_gen.readers.common import (
+    IMAGE_SUFFIXES,
+    MALFORMED_FILE,
+    MALFORMED_LINE,
+    DatasetRootError,
+    ReadResult,
+    checked_image,
+    finish,
+    require_dir,
+)
+from geopilot.data_gen.records import AnnotationRecord, Dialogue, ReadReport
+
+TEXT_FILES = {  # split -> [(file stem, kind)]
+    "train": [("Caption-training", "caption"), ("SARVQA1_train", "vqa"), ("SARVQA2_train", "vqa")],
+    "test": [("Caption_test", "caption"), ("SARVQA1_test", "vqa"), ("SARVQA2_test", "vqa")],
+    "test_concise": [("Caption_test1", "caption")],
+}
+TEXT_SUFFIXES = (".csv", ".json", ".jsonl")
+IMAGE_KEYS = ("image", "images", "img", "image_name", "img_name", "image_path", "imagename", "filename", "file_name",
+              "image_id", "name", "path")  # fmt: skip
+CAPTION_KEYS = ("caption", "captions", "description", "sentence", "text", "output", "label")
+QUESTION_KEYS = ("question", "query", "q", "instruction", "prompt")
+ANSWER_KEYS = ("answer", "answers", "a", "gt", "ground_truth", "output", "label")
+TYPE_KEYS = ("type", "question_type", "qtype", "category", "task", "application")
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
+
+
+def _pick(row: dict, keys: tuple[str, ...]) -> str | None:
+    lowered = {str(k).strip().lower(): v for k, v in row.items()}
+    for key in keys:
+        value = lowered.get(key)
+        if isinstance(value, list) and value:
+            value = value[0]
+        if isinstance(value, (str, int)) and str(value).strip():
+            return str(value).strip()
+    return None
+
+
+def _rows(path: Path, kind: str) -> list[dict]:
+    text = path.read_text(encoding="utf-8-sig")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    if path.suffix == ".json":
+        data = json.loads(text)
+        return data if isinstance(data, list) else data.get("data") or data.get("annotations") or []
+    table = list(csv.reader(io.StringIO(text)))
+    if not table:
+        return []
+    header = [h.strip().lower() for h in table[0]]
+    if any(h in IMAGE_KEYS for h in header):
+        return [dict(zip(header, row, strict=False)) for row in table[1:]]
+    positional = ("image", "caption") if kind == "caption" else ("image", "question", "answer", "type")
+    return [dict(zip(positional, row, strict=False)) for row in table]
+
+
+def _turns(row: dict, kind: str) -> tuple[tuple[tuple[str, str], ...], str]:
+    """A row -> (turns, task); ValueError when it has neither the fields of its kind nor a message list."""
+    messages = row.get("messages") or row.get("conversations")
+    if isinstance(messages, list):
+        turns = []
+        for m in messages:
+            role = ROLES.get(str(m.get("role", m.get("from", ""))).lower()) if isinstance(m, dict) else None
+            content = m.get("content", m.get("value")) if isinstance(m, dict) else None
+            if role is None or not isinstance(content, str):
+                raise ValueError("a message lacks a known role or string content")
+            turns.append((role, content.replace("<image>", "").strip()))
+        return tuple(turns), kind
+    if kind == "caption":
+        caption = _pick(row, CAPTION_KEYS)
+        if caption is None:
+            raise ValueError("no caption field")
+        return (("assistant", caption),), "caption"
+    question, answer = _pick(row, QUESTION_KEYS), _pick(row, ANSWER_KEYS)
+    if question is None or answer is None:
+        raise ValueError("no question/answer fields")
+    question_type = _pick(row, TYPE_KEYS)
+    return (("user", question.replace("<image>", "").strip()), ("assistant", answer)), (
+        f"vqa:{question_type}" if question_type else "vqa"
+    )
+
+
+def _image_path(root: Path, name: str) -> Path:
+    relative = Path(name.replace("\\", "/"))
+    candidates = [root / relative, root / "SARimages" / relative, root / "SARimages" / relative.name]
+    if not relative.suffix:
+        candidates += [root / "SARimages" / f"{relative.name}{s}" for s in IMAGE_SUFFIXES]
+    return next((p for p in candidates if p.is_file()), candidates[1])
+
+
+def _text_files(text_dir: Path, stem: str) -> list[Path]:
+    found = [p for p in text_dir.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES]
+    return sorted(p for p in found if p.stem == stem or p.parent.name == stem)
+
+
+def read_sarlang(root: Path, split: str = "train") -> ReadResult:
+    if split not in TEXT_FILES:
+        raise DatasetRootError(f"SARLANG-1M: split must be one of {list(TEXT_FILES)}")
+    root = require_dir(root, "SARLANG-1M", "expected SARimages/ and Text/{caption,VQA}/")
+    text_dir = root / "Text"
+    files = (
+        [(p, kind) for stem, kind in TEXT_FILES[split] for p in _text_files(text_dir, stem)]
+        if text_dir.is_dir()
+        else []
+    )
+    if not files:
+        names = ", ".join(stem for stem, _ in TEXT_FILES[split])
+        raise DatasetRootError(f"SARLANG-1M: none of {names} (.csv/.json/.jsonl) found under {text_dir}")
+    report = ReadReport()
+    by_image: dict[str, AnnotationRecord] = {}
+    for path, kind in files:
+        try:
+            rows = _rows(path, kind)
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, csv.Error) as err:
+            report.skip(MALFORMED_FILE, f"{path.name}: {err}")
+            continue
+        for index, row in enumerate(rows):
+            where = f"{path.name} row {index + 1}"
+            try:
+                if not isinstance(row, dict):
+                    raise ValueError("row is not an object")
+                image_name = _pick(row, IMAGE_KEYS)
+                if image_name is None:
+                    raise ValueError("no image field")
+                turns, task = _turns(row, kind)
+            except ValueError as err:
+                report.skip(MALFORMED_LINE, f"{where}: {err}")
+                continue
+            image_path = _image_path(root, image_name)
+            record = by_image.get(str(image_path))
+            if record is None:
+                image = checked_image(image_path, report, where)
+                if image is None:
+                    continue
+                path_, width, height = image
+                record = AnnotationRecord("SARLANG-1M", str(path_), width, height, "sar", split, path_.stem)
+                by_image[str(image_path)] = record
+            record.dialogues.append(Dialogue(turns, task))
+    return finish(list(by_image.values()), report)

@@ -1,0 +1,331 @@
+"""Write small synthetic optical and SAR scenes with annotations in the source datasets' real on-disk formats.
+
+Run: `geopilot synth --out DIR [--seed N] [--optical N --sar N]`, or `write_synthetic(Path(DIR), seed=0)`.
+Under DIR (each folder is a dataset root the matching reader in `geopilot.data_gen.readers` reads back):
+  DOTA/train/{images,labelTxt}/            oriented boxes, DOTA v1.0 classes, some files with imagesource/gsd headers
+  RiSBench/{img_rgb,mask}/ + output_phrase_train.txt   one uniquely described object per scene, two phrases
+  OpenEarthMap/synth_town/{images,labels}/ + train.txt  GeoTIFF image + single-band land-cover codes 1..8
+  SpaceNet/AOI_0_Synth/{PS-RGB,geojson_roads}/          GeoTIFF (EPSG:4326) + lon/lat/z LineStrings
+  CityScale/20cities/region_<i>_{sat.png,gt_graph.p}   (row, col) adjacency-dict pickles, protocol 2
+  RICE/RICE1/{cloud,label}/<n>.png                      cloudy / clear pairs
+  iSAID/train/{images,Annotations/iSAID_train.json}     COCO pixel polygons, iSAID's mixed-case class names
+  GeoChat-Instruct/{GeoChat_Instruct.json,images/}      LLaVA conversations: counting VQA, [refer] with box text
+  SARDet-100K/Annotations/train.json + JPEGImages/train/   speckled single-channel PNG, every other one 16-bit
+  SARLANG-1M/SARimages/ + Text/caption/Caption-training.csv + Text/VQA/SARVQA1_train.csv
+  synth_manifest.json                                   what was placed, per dataset and record
+Deterministic per seed: the same seed writes byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import pickle
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from geopilot.data_gen.readers.common import label_name
+from geopilot.data_gen.synth_scenes import SIZE, OpticalScene, SarScene, optical_scene, png_bytes, sar_scene
+from geopilot.errors import GeoPilotInputError
+
+SAR_CLASSES = ("ship", "aircraft", "car", "tank", "bridge", "harbor")
+SAR_CATEGORY_IDS = {name: 10 + 3 * i for i, name in enumerate(reversed(SAR_CLASSES))}  # not 1..6: match by name
+LON0, LAT0, DEGREES_PER_PIXEL = -115.30, 36.20, 3e-6  # a Vegas-like origin, ~0.3 m pixels
+CITYSCALE_INDICES = [i for i in range(1000) if i % 10 < 8]  # region indices of CityScale's train split
+
+
+def _png(image: np.ndarray | bytes, path: Path) -> None:
+    """Write an array, or PNG bytes already encoded (`OpticalScene.image_png`), as a PNG file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(image if isinstance(image, bytes) else png_bytes(image))
+
+
+def _text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _geotiff(path: Path, bands: np.ndarray, transform=None) -> None:
+    """(H, W, C) or (H, W) uint8 -> GeoTIFF (EPSG:4326 when a transform is given)."""
+    import rasterio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = bands[None] if bands.ndim == 2 else np.moveaxis(bands, 2, 0)
+    georef = {"crs": "EPSG:4326", "transform": transform} if transform is not None else {}
+    with rasterio.open(
+        path, "w", driver="GTiff", width=data.shape[2], height=data.shape[1], count=data.shape[0],
+        dtype=data.dtype.name, **georef,
+    ) as dataset:  # fmt: skip
+        dataset.write(data)
+
+
+def _lonlat_transform():
+    from affine import Affine
+
+    return Affine(DEGREES_PER_PIXEL, 0.0, LON0, 0.0, -DEGREES_PER_PIXEL, LAT0)  # north-up, origin top-left
+
+
+def _object_counts(labels) -> dict[str, int]:
+    return dict(sorted(Counter(label_name(label) for label in labels).items()))
+
+
+def _graph_counts(roads: list[list[tuple[float, float]]]) -> dict[str, int]:
+    nodes = {point for road in roads for point in road}
+    edges = {frozenset(pair) for road in roads for pair in zip(road, road[1:], strict=False)}
+    return {"nodes": len(nodes), "edges": len(edges)}
+
+
+def write_dota(root: Path, scenes: list[OpticalScene]) -> dict:
+    records = {}
+    for i, scene in enumerate(scenes):
+        stem = f"P{i:04d}"
+        _png(scene.image_png, root / "train" / "images" / f"{stem}.png")
+        header = "imagesource:GoogleEarth\ngsd:0.3\n" if i % 2 == 0 else ""  # odd files look like devkit patches
+        fmt = "{:.0f}" if i % 3 == 0 else "{:.1f}"  # v1.0 writes ints, later releases floats
+        lines = [
+            " ".join(fmt.format(v) for corner in obj.corners for v in corner) + f" {obj.label} {int(obj.difficult)}"
+            for obj in scene.objects
+        ]
+        _text(root / "train" / "labelTxt" / f"{stem}.txt", header + "".join(line + "\n" for line in lines))
+        records[stem] = {"objects": _object_counts(o.label for o in scene.objects)}
+    return {"reader": "dota", "root": "DOTA", "split": "train", "records": records}
+
+
+def write_risbench(root: Path, scenes: list[OpticalScene]) -> dict:
+    records, lines = {}, []
+    for i, scene in enumerate(scenes):
+        if scene.referring is None:
+            continue
+        index, phrases = scene.referring
+        name = f"train_{i}.png"
+        _png(scene.image_png, root / "img_rgb" / name)
+        mask = Image.new("L", (SIZE, SIZE), 0)
+        ImageDraw.Draw(mask).polygon(scene.objects[index].outline, fill=255)
+        (root / "mask").mkdir(parents=True, exist_ok=True)
+        mask.save(root / "mask" / name, format="PNG", compress_level=1)
+        lines += [f"{name} {phrase}" for phrase in phrases]
+        xs, ys = zip(*scene.objects[index].outline, strict=True)  # the mask covers the drawn footprint
+        x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+        records[f"train_{i}"] = {"phrases": phrases, "box": [x1 / SIZE, y1 / SIZE, x2 / SIZE, y2 / SIZE]}
+    _text(root / "output_phrase_train.txt", "".join(line + "\n" for line in lines))
+    return {"reader": "risbench", "root": "RiSBench", "split": "train", "records": records}
+
+
+def write_openearthmap(root: Path, scenes: list[OpticalScene]) -> dict:
+    region = "synth_town"  # an underscore in the region name, as in real OpenEarthMap regions
+    transform = _lonlat_transform()
+    records, names = {}, []
+    for i, scene in enumerate(scenes):
+        name = f"{region}_{i + 1}.tif"
+        _geotiff(root / region / "images" / name, scene.image, transform)
+        _geotiff(root / region / "labels" / name, scene.landcover, transform)
+        names.append(name)
+        records[name[:-4]] = {"codes": sorted(int(c) for c in np.unique(scene.landcover))}
+    _text(root / "train.txt", "".join(n + "\n" for n in names))
+    return {"reader": "openearthmap", "root": "OpenEarthMap", "split": "train", "records": records}
+
+
+def write_spacenet(root: Path, scenes: list[OpticalScene]) -> dict:
+    transform = _lonlat_transform()
+    aoi = root / "AOI_0_Synth"
+    records = {}
+    for i, scene in enumerate(scenes):
+        image_stem = f"SN3_roads_train_AOI_0_Synth_PS-RGB_img{i + 1}"
+        _geotiff(aoi / "PS-RGB" / f"{image_stem}.tif", scene.image, transform)
+        features = []
+        for road in scene.roads:
+            coords = [[*(transform @ point), 0.0] for point in road]  # SpaceNet stores a z value
+            features.append({"type": "Feature", "properties": {"road_type": "5"},
+                             "geometry": {"type": "LineString", "coordinates": coords}})  # fmt: skip
+        geojson = {
+            "type": "FeatureCollection",
+            "crs": {"type": "name", "properties": {"name": "urn:ogc:def:crs:OGC:1.3:CRS84"}},
+            "features": features,
+        }
+        name = f"SN3_roads_train_AOI_0_Synth_geojson_roads_img{i + 1}.geojson"
+        _text(aoi / "geojson_roads" / name, json.dumps(geojson, indent=1))
+        records[image_stem] = _graph_counts(scene.roads)
+    return {"reader": "spacenet", "root": "SpaceNet", "split": "train", "records": records}
+
+
+def write_cityscale(root: Path, scenes: list[OpticalScene]) -> dict:
+    folder = root / "20cities"
+    records = {}
+    for i, scene in enumerate(scenes):
+        region = CITYSCALE_INDICES[i]
+        _png(scene.image_png, folder / f"region_{region}_sat.png")
+        adjacency: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        rounded = [[(round(y), round(x)) for x, y in road] for road in scene.roads]  # (row, col) keys
+        for road in rounded:
+            for a, b in zip(road, road[1:], strict=False):
+                adjacency.setdefault(a, []).append(b)
+                adjacency.setdefault(b, []).append(a)
+        (folder / f"region_{region}_gt_graph.p").write_bytes(pickle.dumps(adjacency, protocol=2))
+        records[f"region_{region}"] = _graph_counts([[(c, r) for r, c in road] for road in rounded])
+    return {"reader": "cityscale", "root": "CityScale", "split": "train", "records": records}
+
+
+def write_rice(root: Path, scenes: list[OpticalScene]) -> dict:
+    records = {}
+    for i, scene in enumerate(scenes):
+        _png(scene.cloudy, root / "RICE1" / "cloud" / f"{i}.png")
+        _png(scene.image_png, root / "RICE1" / "label" / f"{i}.png")
+        records[f"RICE1/{i}"] = {}
+    return {"reader": "rice", "root": "RICE", "split": "all", "records": records}
+
+
+ISAID_NAMES = {  # DOTA class -> iSAID's mixed-case category name
+    "plane": "plane", "ship": "ship", "small-vehicle": "Small_Vehicle", "large-vehicle": "Large_Vehicle",
+    "storage-tank": "storage_tank", "tennis-court": "tennis_court", "swimming-pool": "Swimming_pool",
+}  # fmt: skip
+ISAID_ORDER = ("ship", "storage_tank", "baseball_diamond", "tennis_court", "basketball_court", "Ground_Track_Field",
+               "Bridge", "Large_Vehicle", "Small_Vehicle", "Helicopter", "Swimming_pool", "Roundabout",
+               "Soccer_ball_field", "plane", "Harbor")  # fmt: skip
+
+
+def write_isaid(root: Path, scenes: list[OpticalScene]) -> dict:
+    category_ids = {name: i + 1 for i, name in enumerate(ISAID_ORDER)}  # the devkit's ids 1..15
+    images, annotations, records = [], [], {}
+    for i, scene in enumerate(scenes):
+        name = f"P{i:04d}.png"
+        _png(scene.image_png, root / "train" / "images" / name)
+        images.append({"id": i, "file_name": name, "width": SIZE, "height": SIZE})
+        for obj in scene.objects:
+            xs, ys = zip(*obj.outline, strict=True)
+            x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+            annotations.append({
+                "id": len(annotations), "image_id": i, "category_id": category_ids[ISAID_NAMES[obj.label]],
+                "segmentation": [[round(v, 1) for point in obj.outline for v in point]],
+                "bbox": [round(x1, 1), round(y1, 1), round(x2 - x1, 1), round(y2 - y1, 1)],
+                "area": round((x2 - x1) * (y2 - y1), 1), "iscrowd": 0,
+            })  # fmt: skip
+        records[name[:-4]] = {"objects": _object_counts(ISAID_NAMES[o.label] for o in scene.objects)}
+    categories = [{"id": category_ids[n], "name": n} for n in ISAID_ORDER]
+    coco = {"images": images, "annotations": annotations, "categories": categories}
+    _text(root / "train" / "Annotations" / "iSAID_train.json", json.dumps(coco))
+    return {"reader": "isaid", "root": "iSAID", "split": "train", "records": records}
+
+
+def _grid_box(bounds: tuple[float, float, float, float]) -> str:
+    """Pixel bounds -> GeoChat's `{<x1><y1><x2><y2>|<0>}` on the 0-100 grid, rounded outwards (holds the object)."""
+    left, top, right, bottom = (100 * v / SIZE for v in bounds)
+    x1, y1 = max(0, math.floor(left)), max(0, math.floor(top))
+    x2, y2 = min(100, math.ceil(right)), min(100, math.ceil(bottom))
+    return f"{{<{x1}><{y1}><{x2}><{y2}>|<0>}}"
+
+
+def write_geochat(root: Path, scenes: list[OpticalScene]) -> dict:
+    entries, records = [], {}
+    for i, scene in enumerate(scenes):
+        name = f"synth_{i}.png"
+        _png(scene.image_png, root / "images" / name)
+        counts = Counter(o.label.replace("-", " ") for o in scene.objects)
+        label, count = sorted(counts.items())[0]
+        question = f"<image>\nHow many {label}s are there in the image? Answer in one word or a short phrase."
+        entries.append({"id": f"synth_{i}", "image": name,
+                        "conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": str(count)}]})  # fmt: skip
+        records[f"synth_{i}"] = {"task": "vqa", "objects": 0}
+        if scene.referring is not None:
+            index, phrases = scene.referring
+            refer = f"<image>\n[refer] give me the location of <p>{phrases[0]}</p>"
+            box = _grid_box(scene.objects[index].bounds)
+            entries.append({"id": f"synth_{i}_refer", "image": name,
+                            "conversations": [{"from": "human", "value": refer}, {"from": "gpt", "value": box}]})  # fmt: skip
+            x1, y1, x2, y2 = scene.objects[index].bounds
+            records[f"synth_{i}_refer"] = {
+                "task": "refer",
+                "objects": 1,
+                "box": [x1 / SIZE, y1 / SIZE, x2 / SIZE, y2 / SIZE],
+            }
+    _text(root / "GeoChat_Instruct.json", json.dumps(entries, indent=1))
+    return {"reader": "geochat_instruct", "root": "GeoChat-Instruct", "split": "train", "records": records}
+
+
+def _sar_pixels(scene: SarScene) -> np.ndarray:
+    if scene.sixteen_bit:
+        return np.clip(scene.amplitude * 40000.0, 0, 65535).astype(np.uint16)
+    return np.clip(scene.amplitude * 255.0, 0, 255).astype(np.uint8)
+
+
+def write_sardet(root: Path, scenes: list[SarScene]) -> dict:
+    images, annotations, records = [], [], {}
+    for i, scene in enumerate(scenes):
+        name = f"{i:07d}.png"
+        _png(_sar_pixels(scene), root / "JPEGImages" / "train" / name)  # the third-party JPEGImages/<split>/ layout
+        images.append({"id": i + 1, "file_name": name, "width": SIZE, "height": SIZE})
+        for obj in scene.objects:
+            x1, y1, x2, y2 = obj.bounds
+            annotations.append({
+                "id": len(annotations) + 1, "image_id": i + 1, "category_id": SAR_CATEGORY_IDS[obj.label],
+                "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
+                "area": round((x2 - x1) * (y2 - y1), 2), "iscrowd": 0, "segmentation": [],
+            })  # fmt: skip
+        records[name[:-4]] = {"objects": _object_counts(o.label for o in scene.objects)}
+    categories = [{"id": SAR_CATEGORY_IDS[n], "name": n} for n in SAR_CLASSES]
+    coco = {"images": images, "annotations": annotations, "categories": categories}
+    _text(root / "Annotations" / "train.json", json.dumps(coco))
+    return {"reader": "sardet", "root": "SARDet-100K", "split": "train", "records": records}
+
+
+def _csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([header, *rows])
+    _text(path, buffer.getvalue())
+
+
+def _plural(label: str) -> str:
+    return label if label == "aircraft" else f"{label}s"
+
+
+def write_sarlang(root: Path, scenes: list[SarScene]) -> dict:
+    captions, questions, records = [], [], {}
+    for i, scene in enumerate(scenes):
+        name = f"SV_Synth_{i}.png"
+        _png(_sar_pixels(scene), root / "SARimages" / name)
+        counts = Counter(o.label for o in scene.objects)
+        listed = ", ".join(f"{n} {label if n == 1 else _plural(label)}" for label, n in sorted(counts.items()))
+        captions.append([name, f"A SAR image of a coastline, showing {listed or 'no targets'}."])
+        for label in sorted(counts):
+            questions.append([name, f"How many {_plural(label)} are in the image?", str(counts[label]), "counting"])
+        records[name[:-4]] = {"dialogues": 1 + len(counts)}
+    _csv(root / "Text" / "caption" / "Caption-training.csv", ["image_name", "caption"], captions)
+    _csv(root / "Text" / "VQA" / "SARVQA1_train.csv", ["image_name", "question", "answer", "type"], questions)
+    return {"reader": "sarlang", "root": "SARLANG-1M", "split": "train", "records": records}
+
+
+OPTICAL_WRITERS = {
+    "DOTA": write_dota,
+    "RiSBench": write_risbench,
+    "OpenEarthMap": write_openearthmap,
+    "SpaceNet": write_spacenet,
+    "CityScale": write_cityscale,
+    "RICE": write_rice,
+    "iSAID": write_isaid,
+    "GeoChat-Instruct": write_geochat,
+}
+SAR_WRITERS = {"SARDet-100K": write_sardet, "SARLANG-1M": write_sarlang}
+MANIFEST = "synth_manifest.json"
+
+
+def write_synthetic(out: Path, seed: int = 0, optical: int = 6, sar: int = 6) -> dict:
+    """Write every dataset above under `out`; returns (and writes) the manifest of what was placed."""
+    if optical < 0 or sar < 0 or optical > 1000 or sar > 1000:
+        raise GeoPilotInputError(f"synth: scene counts must be in 0..1000, got optical={optical} sar={sar}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GeoPilotInputError(f"synth: --out {str(out)!r} exists and is not a folder")
+    optical_scenes = [optical_scene(np.random.default_rng([seed, 0, i])) for i in range(optical)]
+    sar_scenes = [sar_scene(np.random.default_rng([seed, 1, i]), sixteen_bit=i % 2 == 1) for i in range(sar)]
+    datasets = {}
+    for name, writer in OPTICAL_WRITERS.items():
+        datasets[name] = writer(out / name, optical_scenes)
+    for name, writer in SAR_WRITERS.items():
+        datasets[name] = writer(out / name, sar_scenes)
+    manifest = {"seed": seed, "optical": optical, "sar": sar, "size": SIZE, "datasets": datasets}
+    _text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+    return manifest

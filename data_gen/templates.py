@@ -1,0 +1,317 @@
+"""The offline template backend: writes every generation stage from the request's facts, with no LLM at all.
+
+Seeded per request (so the same seed gives the same text whatever the run's concurrency), with several
+paraphrase templates per ability and difficulty. It answers the very requests an LLM would get and replies in
+the same JSON, so its output goes through the same parsing, validation and regeneration as an LLM's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from geopilot.data_gen.llm import CallInfo, LLMRequest
+
+QUERIES: dict[str, dict[str, list[str]]] = {
+    "panoptic_detection": {
+        "easy": [
+            "Detect all objects in this image.",
+            "Find and label every object in this {modality} image.",
+            "Run a full detection over this scene and list what you find.",
+        ],
+        "medium": [
+            "What objects can you see in this image, and where are they?",
+            "Which kinds of objects appear in this scene, and how many of each?",
+            "Can you give me an inventory of the objects in this {modality} image?",
+        ],
+        "hard": [
+            "I need a complete inventory of this scene for a change-detection baseline: what is in it, and where?",
+            "Before I annotate this tile by hand, tell me everything that is in it, with locations.",
+            "Summarise the man-made objects in this {modality} scene with their positions.",
+        ],
+    },
+    "object_detection": {
+        "easy": [
+            "Detect the {targets} in this image.",
+            "Find all {targets} in the image.",
+            "Locate every one of the {targets} in this picture.",
+        ],
+        "medium": [
+            "How many {targets} are there in this image?",
+            "Where are the {targets} in this scene?",
+            "Can you count the {targets} visible here?",
+        ],
+        "hard": [
+            "I'm assessing activity here: how many {targets} are present, and where are they?",
+            "For a capacity estimate, locate and count the {targets} in this scene.",
+            "Is there much going on with {targets} in this image? Give me their number and positions.",
+        ],
+    },
+    "visual_grounding": {
+        "easy": ["Locate {expression}.", "Find {expression} in the image.", "Draw a box around {expression}."],
+        "medium": [
+            "Where is {expression} in this image?",
+            "Can you show me where {expression} is?",
+            "Which part of the image contains {expression}?",
+        ],
+        "hard": [
+            "I need the exact position of {expression} for my report. Can you find it?",
+            "Please pinpoint {expression}; I want to crop around it.",
+            "Mark {expression} so I can check it against the map.",
+        ],
+    },
+    "semantic_segmentation": {
+        "easy": [
+            "Segment the {classes} in this image.",
+            "Produce a segmentation of {classes} for this scene.",
+            "Map the {classes} in this image.",
+        ],
+        "medium": [
+            "How much of this image is covered by {classes}?",
+            "Where are the {classes} areas in this scene?",
+            "Can you show me the {classes} regions here?",
+        ],
+        "hard": [
+            "For a land-cover summary, what share of this scene is {classes}?",
+            "I'm estimating land use for planning: how is {classes} distributed in this tile?",
+            "Quantify the {classes} in this scene so I can compare it with last year's survey.",
+        ],
+    },
+    "instance_segmentation": {
+        "easy": [
+            "Segment each of the {targets} in this image.",
+            "Outline every one of the {targets} individually.",
+            "Give me instance masks of the {targets}.",
+        ],
+        "medium": [
+            "Can you separate the individual {targets} in this scene?",
+            "How many {targets} are there, and what does each one cover?",
+            "Which areas do the {targets} occupy, one by one?",
+        ],
+        "hard": [
+            "I want to measure the footprint of each of the {targets} here. Can you delineate them?",
+            "For an inventory with sizes, outline the {targets} in this scene one by one.",
+            "How much space does each of the {targets} take up in this image?",
+        ],
+    },
+    "referring_segmentation": {
+        "easy": ["Segment {expression}.", "Give me a mask of {expression}.", "Outline {expression} in this image."],
+        "medium": [
+            "Which pixels belong to {expression}?",
+            "Can you delineate {expression} for me?",
+            "What area does {expression} cover?",
+        ],
+        "hard": [
+            "I need the precise outline of {expression} to measure it. Can you extract it?",
+            "Please cut out {expression} so I can check its extent.",
+            "How large is {expression}? Outline it first.",
+        ],
+    },
+    "road_extraction": {
+        "easy": [
+            "Extract the road network from this image.",
+            "Map the roads in this image.",
+            "Trace all roads visible in this scene.",
+        ],
+        "medium": [
+            "What does the road network look like here?",
+            "How many road intersections are there in this image?",
+            "Can you give me the road graph of this scene?",
+        ],
+        "hard": [
+            "I'm planning a delivery route here: how connected are the roads?",
+            "Is this area well served by roads? Summarise the network.",
+            "How dense is the road network in this tile compared with a typical town?",
+        ],
+    },
+    "cloud_removal": {
+        "easy": [
+            "Remove the clouds from this image.",
+            "Give me a cloud-free version of this image.",
+            "Clear the clouds in this scene.",
+        ],
+        "medium": [
+            "Can you show me what is under the clouds here?",
+            "The clouds hide the ground. Can you restore a clear view?",
+            "Could you produce a clear-sky version of this scene?",
+        ],
+        "hard": [
+            "I can't see the fields under this cloud cover. Can you fix the image before I analyse it?",
+            "This acquisition is too cloudy for mapping; make it usable.",
+            "Prepare this cloudy scene for land-cover analysis.",
+        ],
+    },
+}
+QUERIES["visual_grounding_sar"] = QUERIES["visual_grounding"]
+
+PLAN_REASONING = [
+    "The user asks about {subject}, which I cannot measure reliably by looking alone; {tool} returns exactly that, so I call it.",
+    "To answer this I need {subject}. The {tool} tool provides it, so I will run it on the image.",
+    "Answering requires {subject}; I'll use {tool} and then answer from its output.",
+]
+ANSWER_REASONING = [
+    "The {tool} output gives {evidence}, which answers the question directly.",
+    "From the {tool} result I can read {evidence}.",
+    "{tool} returned {evidence}; I summarise it for the user.",
+]
+CAPTION_QUERIES = [
+    "Describe this SAR image.",
+    "What does this SAR scene show?",
+    "Give a detailed description of this radar image.",
+    "Write a caption for this SAR image.",
+    "What can you see in this synthetic aperture radar image?",
+]
+CAPTION_REASONING = [
+    "The bright, strongly backscattering structures and the surrounding texture in this SAR image indicate the main content of the scene.",
+    "Looking at the backscatter intensity, the shapes and the speckle texture, I can identify the key elements of this radar scene.",
+    "Strong returns mark man-made structures and smooth dark areas mark calm surfaces; together they describe the scene.",
+]
+DIALOGUE_REASONING = [
+    "The question asks: {question} Looking at the visible content of the image, the answer follows directly.",
+    "To answer '{question}', I examine the relevant part of the image and describe what it shows.",
+    "The user wants to know: {question} The image content gives the answer without needing a tool.",
+]
+
+TOOL_SUBJECT = {
+    "detect_all": "a complete list of the objects and their boxes",
+    "sar_detect_all": "a complete list of the objects in this SAR image and their boxes",
+    "detect_objects": "the number and positions of the {targets}",
+    "segment_instances": "an individual outline of each of the {targets}",
+    "ground": "the location of {expression}",
+    "sar_ground": "the location of {expression}",
+    "segment_referring": "the outline of {expression}",
+    "segment_semantic": "the extent of {classes}",
+    "extract_roads": "the road network as a graph",
+    "remove_clouds": "a restored, cloud-free image",
+}
+
+
+def plural(label: str) -> str:
+    if label.endswith(("s", "x", "ch", "sh")):
+        return label + "es"
+    if label.endswith("y") and label[-2:-1] not in "aeiou":
+        return label[:-1] + "ies"
+    return label + "s"
+
+
+def join_words(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _slots(facts: dict) -> dict[str, str]:
+    params = facts.get("params", {})
+    return {
+        "modality": "SAR" if facts.get("modality") == "sar" else "optical",
+        "targets": join_words([plural(c) for c in params.get("categories", [])] or ["objects"]),
+        "expression": params.get("expression", "the target"),
+        "classes": join_words(params.get("classes", []) or ["land cover"]),
+        "tool": facts.get("tool", ""),
+    }
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _box(box: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.3f}".rstrip("0").rstrip(".") if v not in (0, 1) else str(int(v)) for v in box) + "]"
+
+
+def _counted(label: str, n: int) -> str:
+    return f"{n} {label if n == 1 else plural(label)}"
+
+
+def _describe_output(view: dict, facts: dict) -> tuple[str, str]:
+    """(evidence phrase for the reasoning, answer text) from the tool turn's `llm_view`."""
+    tool, params = facts["tool"], facts.get("params", {})
+    objects = view.get("objects", [])
+    if tool in {"ground", "sar_ground", "segment_referring"}:
+        expression = params["expression"]
+        if not objects:
+            return "no match", f"I could not find {expression} in this image."
+        boxes = ", ".join(_box(o["box"]) for o in objects[:5])
+        if len(objects) == 1:
+            area = f", covering {objects[0]['area'] * 100:.1f}% of the image" if "area" in objects[0] else ""
+            return "one matching object", _sentence(f"{expression} is at {boxes}{area}.")
+        return f"{len(objects)} matching objects", _sentence(
+            f"{expression} matches {len(objects)} objects, at {boxes}."
+        )
+    if tool in {"detect_all", "sar_detect_all", "detect_objects", "segment_instances"}:
+        if not objects:
+            wanted = join_words([plural(c) for c in params.get("categories", [])] or ["objects"])
+            return "no detections", f"I found no {wanted} in this image."
+        counts: dict[str, int] = {}
+        for o in objects:
+            counts[o["label"]] = counts.get(o["label"], 0) + 1
+        listed = join_words([_counted(label, n) for label, n in counts.items()])
+        shown = objects[:4]
+        boxes = "; ".join(f"{o['label']} at {_box(o['box'])}" for o in shown)
+        more = " (the first few)" if len(objects) > len(shown) else ""
+        return _counted("detection", len(objects)), f"I found {listed} in the image. Locations{more}: {boxes}."
+    if tool == "segment_semantic":
+        classes = view.get("classes", [])
+        present = [c for c in classes if c["area"] > 0]
+        absent = [c["label"] for c in classes if c["area"] == 0]
+        parts = [f"{c['label']} covers {c['area'] * 100:.1f}% of the image" for c in present]
+        text = "; ".join(parts) + "." if parts else ""
+        if absent:
+            text += f" There is no {join_words(absent)} in this scene."
+        return "the area of each requested class", _sentence(text.strip())
+    if tool == "extract_roads":
+        roads = view.get("roads", {"nodes": 0, "edges": 0, "intersections": 0, "length": 0})
+        if not roads["edges"]:
+            return "no roads", "I found no roads in this image."
+        return (
+            f"a graph of {_counted('node', roads['nodes'])}",
+            f"The road network has {_counted('node', roads['nodes'])} joined by {_counted('segment', roads['edges'])}, with "
+            f"{_counted('intersection', roads['intersections'])} and a total length of {roads['length']} image widths.",
+        )
+    if tool == "remove_clouds":
+        if "image" in view.get("artifacts", []):
+            return "a restored image", "I removed the clouds; the restored, cloud-free image is attached."
+        return "no restored image", "The cloud removal did not produce an image."
+    return "the result", view.get("message", "The tool ran on the image.")
+
+
+class TemplateBackend:
+    """Writes each stage from its facts. `model` names the template set, so manifests say what wrote the text."""
+
+    name = "template"
+    model = "geopilot-templates-v1"
+    concurrency = 16  # samples in flight: no I/O to wait on but the journal's grouped fsyncs
+
+    async def complete(self, request: LLMRequest) -> tuple[str, CallInfo]:
+        return json.dumps(self.reply(request.stage, request.facts, request.seed)), CallInfo()
+
+    async def aclose(self) -> None:
+        return None
+
+    def reply(self, stage: str, facts: dict, seed: int) -> dict:
+        rng = random.Random(seed)
+        if stage == "plan":
+            slots = _slots(facts)
+            query = rng.choice(QUERIES[facts["ability"]][facts["difficulty"]]).format(**slots)
+            subject = TOOL_SUBJECT[facts["tool"]].format(**slots)
+            reasoning = rng.choice(PLAN_REASONING).format(subject=subject, tool=facts["tool"])
+            return {
+                "query": _sentence(query),
+                "reasoning": reasoning,
+                "actions": [{"tool": facts["tool"], "params": facts.get("params", {})}],
+            }
+        if stage == "answer":
+            evidence, answer = _describe_output(facts["view"], facts)
+            return {
+                "reasoning": rng.choice(ANSWER_REASONING).format(tool=facts["tool"], evidence=evidence),
+                "answer": answer,
+            }
+        if stage == "reasoning":
+            questions = [text for role, text in facts["turns"] if role == "user"]
+            return {"reasoning": [rng.choice(DIALOGUE_REASONING).format(question=_short(q)) for q in questions]}
+        if stage == "caption_dialogue":
+            return {"query": rng.choice(CAPTION_QUERIES), "reasoning": rng.choice(CAPTION_REASONING)}
+        raise ValueError(f"unknown stage {stage!r}")
+
+
+def _short(question: str, limit: int = 120) -> str:
+    text = " ".join(question.replace("<image>", "").split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

@@ -1,0 +1,506 @@
+"""The agent loop (paper Algorithm 1, DESIGN §7): `GeoPilot.from_pretrained(dir).chat(image, query) -> ChatResult`.
+
+One chat: load and encode the image once; generate the think turn; parse it (`geopilot.plan_parser`); validate
+each call against the registry (unknown tool, invalid params, wrong modality); run the calls (per-call timeout,
+failures captured by `ToolRegistry.call`); feed the outputs back through THE formatter (`wire.format_tool_turn`)
+on the same KV cache (`geopilot.generation.KVSession`); generate the answer. A plan that cannot be parsed or
+validated gets ONE repair turn (`wire.format_repair_turn`); if the repaired reply is still unparsable its text is
+the answer, and if its calls are still invalid they run as failed calls the model answers from, with the error
+recorded either way. Nothing the model emits makes `chat` raise; bad user input raises GeoPilotInputError.
+
+    pilot = GeoPilot.from_pretrained("runs/geopilot", device="cuda", dtype="bfloat16")
+    result = pilot.chat("scene.png", "How many planes are on the apron?")
+    print(result.answer, result.timings)
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, computed_field
+
+from geopilot.errors import GeoPilotError, GeoPilotInputError
+from geopilot.generation import AnswerExtractor, GenerationOptions, KVSession, Turn
+from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage, load_image
+from geopilot.plan_parser import PlanParseError, parse_plan
+from geopilot.sample import (
+    IMAGE_PLACEHOLDER,
+    Action,
+    AssistantMessage,
+    Message,
+    ToolMessage,
+    UserMessage,
+    check_dialogue,
+)
+from geopilot.tool_output import ToolOutput
+from geopilot.tool_protocol import Modality, ToolCallError, ToolRegistry, ToolResult
+from geopilot.wire import format_repair_turn, format_tool_turn
+
+Outcome = Literal["direct", "tools", "unparsable", "round_limit"]
+TurnKind = Literal["think", "repair", "answer"]
+_HISTORY = TypeAdapter(list[Message])
+
+
+class TurnRecord(BaseModel):
+    """One generated assistant turn: its text, how it parsed, and what validation found."""
+
+    kind: TurnKind  # think: the first turn; repair: the reply to a repair request; answer: the reply to tool outputs
+    text: str
+    parse: Literal["strict", "recovered", "llava_plus", "failed"]
+    parse_error: str | None = None
+    plan: AssistantMessage | None = None
+    problems: list[str] = []  # validation errors of the plan's calls
+    tool_round: int | None = None  # the round (ToolCallRecord.round) in which this turn's calls ran
+    finished: bool = True  # False: cut off at max_new_tokens
+    new_input_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+
+class ToolCallRecord(BaseModel):
+    round: int
+    tool: str
+    params: dict[str, Any]
+    output: ToolOutput | None = None
+    error: str | None = None
+    error_kind: str | None = (
+        None  # unknown_tool | invalid_params | wrong_modality | timeout | tool_error | invalid_output
+    )
+    seconds: float = 0.0
+
+
+class TokenCounts(BaseModel):
+    prompt: int = 0  # the first prefill, image tokens included
+    image: int = 0
+    input: int = 0  # every token prefilled, over all turns (with KV reuse: prompt + the new user turns)
+    generated: int = 0
+
+
+class Timings(BaseModel):
+    """Seconds per stage. In `chat_batch` the generation stages are those of the shared batch calls."""
+
+    image_load: float = 0.0
+    encode: float = 0.0  # image preprocessing + vision tower + projector
+    think: float = 0.0
+    repair: float = 0.0
+    tools: float = 0.0
+    answer: float = 0.0
+    total: float = 0.0
+
+
+class ChatResult(BaseModel):
+    answer: str
+    outcome: Outcome  # direct: answered without tools; tools: answered from tool outputs; unparsable: the raw
+    # text of a reply that never parsed; round_limit: the model still asked for tools after max_rounds
+    error: str | None = None  # the unresolved problem behind a fallback answer (None when all went well)
+    repaired: bool = False  # a repair turn was needed
+    turns: list[TurnRecord] = []
+    tool_calls: list[ToolCallRecord] = []
+    tokens: TokenCounts = TokenCounts()
+    timings: Timings = Timings()
+    messages: list[Message] = []  # this exchange in the sample format: pass it as `history=` to continue
+
+    @computed_field
+    @property
+    def plans(self) -> list[AssistantMessage]:
+        return [turn.plan for turn in self.turns if turn.plan is not None]
+
+
+class ChatRequest(BaseModel):
+    """One request of `chat_batch` (dicts with these keys work too)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    image: Any
+    query: str
+    history: Any = None  # checked by _check_history, which says what is wrong
+    modality: Modality = "optical"
+
+
+class _Prepared:
+    """A request checked and rendered: everything the loop needs, nothing left to fail on user input."""
+
+    def __init__(
+        self,
+        image: LoadedImage,
+        messages: list,
+        question: str,
+        prompt: list[int],
+        modality: Modality,
+        load_seconds: float,
+    ):
+        self.image, self.messages, self.question = image, messages, question
+        self.prompt, self.modality, self.load_seconds = prompt, modality, load_seconds
+
+
+class _Dialogue:
+    """The loop for one request, fed one generated turn at a time; says what the model reads next."""
+
+    def __init__(self, request: _Prepared, registry: ToolRegistry, max_rounds: int, tool_timeout_s: float | None):
+        self.request, self.registry = request, registry
+        self.max_rounds, self.tool_timeout_s = max_rounds, tool_timeout_s
+        self.turns: list[TurnRecord] = []
+        self.tool_calls: list[ToolCallRecord] = []
+        self.messages: list = list(request.messages)
+        self.rounds, self.repaired, self.next_kind = 0, False, "think"
+        self.unresolved: str | None = None  # invalid calls that still ran (as errors) after a failed repair
+        self.result: ChatResult | None = None
+
+    def take(self, turn: Turn) -> str | None:
+        """Record a generated turn; return the text of the next user turn, or None when the dialogue is over."""
+        record = TurnRecord(
+            kind=self.next_kind,
+            text=turn.text,
+            parse="failed",
+            finished=turn.finished,
+            new_input_tokens=turn.new_input_tokens,
+            generated_tokens=len(turn.token_ids),
+            seconds=turn.seconds,
+        )
+        self.turns.append(record)
+        try:
+            parsed = parse_plan(turn.text)
+        except PlanParseError as err:
+            record.parse_error = str(err) + ("" if turn.finished else " (the reply was cut off at max_new_tokens)")
+            if not self.repaired:
+                return self._repair(record.parse_error)
+            return self._finish(turn.text.strip(), "unparsable", record.parse_error)
+        plan = record.plan = parsed.plan
+        record.parse = parsed.method
+        if not plan.actions:
+            self.messages.append(plan)
+            return self._finish(plan.value or "", "tools" if self.rounds else "direct")
+        if self.rounds >= self.max_rounds:
+            wanted = ", ".join(a.tool for a in plan.actions)
+            answer = plan.value or ""
+            self.messages.append(AssistantMessage(reasoning=plan.reasoning, value=answer))
+            return self._finish(
+                answer,
+                "round_limit",
+                f"the model asked for {wanted} after {self.rounds} tool round(s) (max_rounds={self.max_rounds})",
+            )
+        record.problems = [self._problem(action) for action in plan.actions]
+        record.problems = [p for p in record.problems if p]
+        if record.problems and not self.repaired:
+            return self._repair("; ".join(record.problems))
+        return self._run_tools(plan, record)
+
+    def _problem(self, action: Action) -> str | None:
+        try:
+            self.registry.validate(action, self.request.modality)
+        except ToolCallError as err:
+            return f"{err.kind}: {err}"
+        except Exception as err:  # noqa: BLE001 - a tool's own params model misbehaving is still the call's problem
+            return f"invalid_params: {type(err).__name__}: {err}"
+        return None
+
+    def _call(self, action: Action) -> ToolResult:
+        try:
+            return self.registry.call(action, self.request.image, self.request.modality, self.tool_timeout_s)
+        except Exception as err:  # noqa: BLE001 - ToolRegistry.call captures failures; this guards other registries
+            return ToolResult(
+                action.tool, dict(action.params), error=f"{type(err).__name__}: {err}", error_kind="tool_error"
+            )
+
+    def _run_tools(self, plan: AssistantMessage, record: TurnRecord) -> str:
+        """Run every call (after a failed repair, invalid ones come back as errors the model answers from)."""
+        self.rounds += 1
+        record.tool_round = self.rounds
+        results = [self._call(action) for action in plan.actions]
+        self.messages.append(plan)
+        for result in results:
+            self.tool_calls.append(
+                ToolCallRecord(
+                    round=self.rounds,
+                    tool=result.tool,
+                    params=result.params,
+                    output=result.output,
+                    error=result.error,
+                    error_kind=result.error_kind,
+                    seconds=result.seconds,
+                )
+            )
+            shown = result.output if result.output is not None else ToolOutput(message=f"error: {result.error}")
+            self.messages.append(ToolMessage(name=result.tool, content=shown))
+        if record.problems:
+            self.unresolved = "; ".join(record.problems)
+        self.next_kind = "answer"
+        return format_tool_turn([r.for_formatter() for r in results], self.request.question)
+
+    def _repair(self, problem: str) -> str:
+        self.repaired, self.next_kind = True, "repair"
+        return format_repair_turn(problem, self.request.question)
+
+    def _finish(self, answer: str, outcome: Outcome, error: str | None = None) -> None:
+        if outcome == "unparsable":
+            self.messages.append(AssistantMessage(value=answer))
+        error = error or self.unresolved
+        self.result = ChatResult(
+            answer=answer,
+            outcome=outcome,
+            error=error,
+            repaired=self.repaired,
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            messages=self.messages,
+        )
+        return None
+
+    def timings_and_tokens(self, encode_seconds: float, image_tokens: int, started: float) -> None:
+        result = self.result
+        stage = {"think": 0.0, "repair": 0.0, "answer": 0.0}
+        for turn in self.turns:
+            stage[turn.kind] += turn.seconds
+        result.timings = Timings(
+            image_load=self.request.load_seconds,
+            encode=encode_seconds,
+            tools=sum(c.seconds for c in self.tool_calls),
+            total=time.perf_counter() - started + self.request.load_seconds,
+            **stage,
+        )
+        result.tokens = TokenCounts(
+            prompt=self.turns[0].new_input_tokens if self.turns else 0,
+            image=image_tokens,
+            input=sum(t.new_input_tokens for t in self.turns),
+            generated=sum(t.generated_tokens for t in self.turns),
+        )
+
+
+SessionFactory = Callable[[list[list[int]], Any, GenerationOptions], Any]
+
+
+class GeoPilot:
+    """A loaded model + processor + tool registry. `session_factory` swaps the generator (tests, benchmarks)."""
+
+    def __init__(
+        self,
+        model,
+        processor,
+        tools: ToolRegistry | None = None,
+        *,
+        tools_config: str | Path | None = None,
+        tool_timeout_s: float | None = None,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        session_factory: SessionFactory | None = None,
+    ):
+        from geopilot.model import num_image_tokens
+
+        self.model, self.processor, self.tokenizer = model, processor, processor.tokenizer
+        self.image_tokens = num_image_tokens(model.config)
+        self._tools, self.tools_config = tools, tools_config
+        self.tool_timeout_s, self.max_pixels = tool_timeout_s, max_pixels
+        self.session_factory = session_factory or (
+            lambda prompts, pixels, options: KVSession(model, self.tokenizer, prompts, pixels, options)
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        tools: ToolRegistry | None = None,
+        device: str = "auto",
+        dtype: str | None = None,
+        tools_config: str | Path | None = None,
+        **kwargs,
+    ) -> GeoPilot:
+        """A saved model directory -> GeoPilot. `tools=None` builds the default registry (configs/tools.yaml) on first use."""
+        from geopilot.model import load_model
+
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, processor = load_model(path, device=device, dtype=dtype)
+        return cls(model, processor, tools, tools_config=tools_config, **kwargs)
+
+    @property
+    def tools(self) -> ToolRegistry:
+        if self._tools is None:
+            try:
+                from geopilot.tools.registry import build_registry
+            except ImportError as err:
+                raise GeoPilotError(
+                    f"the default tool registry needs geopilot.tools ({err}); pass tools=ToolRegistry([...])"
+                ) from None
+            self._tools = build_registry(self.tools_config)
+        return self._tools
+
+    # -- public API ---------------------------------------------------------------------------------------------------
+
+    def chat(
+        self,
+        image,
+        query: str,
+        history: list | None = None,
+        max_rounds: int = 1,
+        generation: GenerationOptions | dict | None = None,
+        modality: Modality = "optical",
+        stream: Callable[[str], None] | None = None,
+    ) -> ChatResult:
+        """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded."""
+        prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
+        return self._run([prepared], _rounds(max_rounds), _options(generation), stream)[0]
+
+    def chat_batch(
+        self,
+        requests: list[ChatRequest | dict],
+        max_rounds: int = 1,
+        generation: GenerationOptions | dict | None = None,
+    ) -> list[ChatResult]:
+        """Many requests in one batch (left-padded, one KV cache); results in request order."""
+        if not requests:
+            return []
+        prepared = [self._prepare(_request(r, i)) for i, r in enumerate(requests)]
+        return self._run(prepared, _rounds(max_rounds), _options(generation), None)
+
+    def chat_stream(
+        self,
+        image,
+        query: str,
+        history: list | None = None,
+        max_rounds: int = 1,
+        generation: GenerationOptions | dict | None = None,
+        modality: Modality = "optical",
+    ) -> AnswerStream:
+        """Like `chat`, as an iterator of answer text pieces; `.result` holds the ChatResult once it is exhausted.
+        Input errors raise here, before any generation."""
+        prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
+        options, max_rounds = _options(generation), _rounds(max_rounds)
+        return AnswerStream(lambda on_text: self._run([prepared], max_rounds, options, on_text)[0])
+
+    # -- internals ----------------------------------------------------------------------------------------------------
+
+    def _prepare(self, request: ChatRequest) -> _Prepared:
+        from geopilot.render import render_turns
+        from geopilot.wire import chat_turns, question_text
+
+        if not isinstance(request.query, str) or not request.query.strip():
+            raise GeoPilotInputError("the query is empty; ask a question about the image")
+        if IMAGE_PLACEHOLDER in request.query:
+            raise GeoPilotInputError(
+                f"the query must not contain {IMAGE_PLACEHOLDER!r}; the image is passed separately"
+            )
+        if request.image is None:
+            raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
+        start = time.perf_counter()
+        image = request.image if isinstance(request.image, LoadedImage) else load_image(request.image, self.max_pixels)
+        load_seconds = time.perf_counter() - start
+        messages = _check_history(request.history) + [UserMessage(content=request.query.strip())]
+        if len(messages) == 1:
+            messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{request.query.strip()}")
+        prompt = render_turns(chat_turns(messages), self.tokenizer, self.image_tokens).input_ids
+        limit = self.model.config.text_config.max_position_embeddings
+        if len(prompt) >= limit:
+            raise GeoPilotInputError(
+                f"the prompt is {len(prompt)} tokens, over the model's context of {limit}; shorten the history"
+            )
+        return _Prepared(image, messages, question_text(messages[-1]), prompt, request.modality, load_seconds)
+
+    def _run(self, prepared: list[_Prepared], max_rounds: int, options: GenerationOptions, stream) -> list[ChatResult]:
+        from geopilot.batch import pixel_values
+        from geopilot.render import user_turn_text
+        from geopilot.tokenizer import encode_text
+
+        registry = self.tools
+        started = time.perf_counter()
+        pixels = pixel_values(self.processor, [p.image.image for p in prepared])
+        preprocess_seconds = time.perf_counter() - started
+        session = self.session_factory([p.prompt for p in prepared], pixels, options)
+        dialogues = [_Dialogue(p, registry, max_rounds, self.tool_timeout_s) for p in prepared]
+        pending: dict[int, list[int] | None] = dict.fromkeys(range(len(prepared)))
+        while pending:
+            rows = list(pending)
+            tails = None if all(t is None for t in pending.values()) else [pending[r] for r in rows]
+            on_text = AnswerExtractor(stream).feed if stream is not None else None
+            turns = session.generate(rows, tails, stream=on_text)
+            pending = {}
+            for row, turn in zip(rows, turns, strict=True):
+                next_text = dialogues[row].take(turn)
+                if next_text is not None:
+                    pending[row] = encode_text(self.tokenizer, user_turn_text(next_text, first=False))
+        encode_seconds = preprocess_seconds + session.encode_seconds
+        for dialogue in dialogues:
+            dialogue.timings_and_tokens(encode_seconds, self.image_tokens, started)
+        return [d.result for d in dialogues]
+
+
+class AnswerStream:
+    """An iterator over answer text pieces, run in a worker thread; `.result` is the ChatResult at the end."""
+
+    _END = object()
+
+    def __init__(self, run: Callable[[Callable[[str], None]], ChatResult]):
+        self.result: ChatResult | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, args=(run,), daemon=True)
+        self._thread.start()
+
+    def _work(self, run) -> None:
+        try:
+            self.result = run(self._queue.put)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the consumer's thread
+            self._error = err
+        finally:
+            self._queue.put(self._END)
+
+    def __iter__(self) -> Iterator[str]:
+        while (item := self._queue.get()) is not self._END:
+            yield item
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def _options(generation: GenerationOptions | dict | None) -> GenerationOptions:
+    if generation is None:
+        return GenerationOptions()
+    if isinstance(generation, GenerationOptions):
+        return generation
+    from geopilot.config import build_config
+
+    return build_config(GenerationOptions, dict(generation), source="generation")
+
+
+def _rounds(max_rounds: int) -> int:
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0:
+        raise GeoPilotInputError(f"max_rounds must be a whole number >= 0, got {max_rounds!r}")
+    return max_rounds
+
+
+def _request(item: ChatRequest | dict, index: int | None = None) -> ChatRequest:
+    if isinstance(item, ChatRequest):
+        return item
+    try:
+        return ChatRequest.model_validate(item)
+    except ValidationError as err:
+        problem = err.errors()[0]
+        where = ("" if index is None else f"requests.{index}.") + ".".join(map(str, problem["loc"]))
+        raise GeoPilotInputError(f"{where}: {problem['msg']}") from None
+
+
+def _check_history(history: list | None) -> list:
+    """A chat history in the sample format (as `ChatResult.messages` gives it), or a clear error saying what is wrong."""
+    if history is None or history == []:
+        return []
+    if not isinstance(history, list):
+        raise GeoPilotInputError(f"history must be a list of messages, got {type(history).__name__}")
+    try:
+        messages = _HISTORY.validate_python(history)
+    except ValidationError as err:
+        problem = err.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"] if p not in ("user", "assistant", "tool"))
+        raise GeoPilotInputError(f"history.{where}: {problem['msg']}") from None
+    try:
+        check_dialogue(messages, has_image=True)
+    except ValueError as err:
+        raise GeoPilotInputError(f"history: {str(err).replace('messages.', 'message ')}") from None
+    return messages
+
+
+__all__ = ["AnswerStream", "ChatRequest", "ChatResult", "GeoPilot", "GenerationOptions", "ToolCallRecord", "TurnRecord"]

@@ -1,0 +1,110 @@
+"""`geopilot chat --model DIR --image PATH "question" [--json] [--save-vis out.png] [--tools configs/tools.yaml]`.
+
+Prints the plan (reasoning, tool calls), a short summary of each tool output, the answer and the timings;
+`--json` prints the whole ChatResult instead; `--save-vis` draws the tool outputs on the image.
+Bad input (missing model, unreadable image, empty question) exits with code 2 and one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+SUMMARY_CHARS = 160
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("question", help="what to ask about the image")
+    parser.add_argument("--model", required=True, help="model directory (from `geopilot init-model` or training)")
+    parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
+    parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
+    parser.add_argument("--modality", choices=["optical", "sar"], default="optical", help="what the image is")
+    parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds the model may chain (default 1)")
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
+    parser.add_argument(
+        "--tool-timeout", type=float, default=None, help="seconds per tool call (default: the registry's)"
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: as saved")
+    parser.add_argument("--json", action="store_true", help="print the ChatResult as JSON")
+    parser.add_argument("--save-vis", metavar="PNG", default=None, help="draw boxes, masks and roads on the image")
+
+
+def _summary(call) -> str:
+    from rich.markup import escape
+
+    from geopilot.tool_output import llm_view
+    from geopilot.wire import dumps
+
+    if call.output is None:
+        return f"[red]✗ {call.error_kind}[/]: {escape(str(call.error))}"
+    text = dumps(llm_view(call.output))
+    return "[green]✓[/] " + escape(text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 3] + "...")
+
+
+def _print_human(result, console) -> None:
+    from rich.markup import escape
+
+    from geopilot.wire import dumps
+
+    for turn in result.turns:
+        how = turn.parse if turn.parse != "failed" else f"unparsable: {turn.parse_error}"
+        console.print(
+            f"[bold]{turn.kind}[/] [dim]({escape(how)}; {turn.generated_tokens} tokens, {turn.seconds:.2f} s)[/]"
+        )
+        if turn.plan is not None and turn.plan.reasoning:
+            console.print("  reasoning: " + escape(turn.plan.reasoning))
+        for problem in turn.problems:
+            console.print("  [yellow]invalid call[/]: " + escape(problem))
+        for call in (c for c in result.tool_calls if turn.tool_round is not None and c.round == turn.tool_round):
+            console.print(
+                f"  → [cyan]{escape(call.tool)}[/] {escape(dumps(call.params))} [dim]({call.seconds:.2f} s)[/]"
+            )
+            console.print("    " + _summary(call))
+    console.print(f"[bold]answer[/] [dim]({result.outcome})[/]: " + escape(result.answer))
+    if result.error:
+        console.print("[yellow]note[/]: " + escape(result.error))
+    t = result.timings
+    console.print(
+        f"[dim]timings: load {t.image_load:.2f} s · encode {t.encode:.2f} s · think {t.think:.2f} s · repair {t.repair:.2f} s · "
+        f"tools {t.tools:.2f} s · answer {t.answer:.2f} s · total {t.total:.2f} s[/]"
+    )
+    k = result.tokens
+    console.print(
+        f"[dim]tokens: prompt {k.prompt} ({k.image} image) · prefilled {k.input} · generated {k.generated}[/]"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from geopilot.agent import GeoPilot
+    from geopilot.errors import GeoPilotInputError
+    from geopilot.image import load_image
+
+    if not args.question.strip():
+        raise GeoPilotInputError("the question is empty")
+    if args.max_rounds < 0 or args.max_new_tokens < 1:
+        raise GeoPilotInputError("--max-rounds must be >= 0 and --max-new-tokens >= 1")
+    image = load_image(args.image)
+    pilot = GeoPilot.from_pretrained(
+        args.model, device=args.device, dtype=args.dtype, tools_config=args.tools, tool_timeout_s=args.tool_timeout
+    )
+    result = pilot.chat(
+        image,
+        args.question,
+        max_rounds=args.max_rounds,
+        modality=args.modality,
+        generation={"max_new_tokens": args.max_new_tokens},
+    )
+    if args.save_vis:
+        from geopilot.visualize import draw_outputs
+
+        draw_outputs(image.image, [c.output for c in result.tool_calls if c.output is not None]).save(args.save_vis)
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        _print_human(result, Console(highlight=False))
+        if args.save_vis:
+            print(f"visualisation: {args.save_vis}")
+    return 0

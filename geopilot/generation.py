@@ -1,0 +1,268 @@
+"""Turn generation on one KV cache (DESIGN §7): encode the image once, generate the think turn, then feed only
+the new user-turn tokens (tool outputs, a repair request) and generate the next turn from the same cache.
+
+    session = KVSession(model, tokenizer, prompts, pixel_values, GenerationOptions())
+    [think] = session.generate([0])                  # prefill image + prompt, decode the plan
+    [answer] = session.generate([0], [tool_ids])     # prefill only the tool turn, decode the answer
+
+Everything goes through `model.generate` (sampling, stopping, streaming are transformers'): the image features
+enter the first call as `mm_encoder_outputs`, and later calls pass the whole sequence with the same
+`DynamicCache`, so generate feeds only the tokens the cache has not seen. Rows of a batch are left-padded; new
+tokens are padded on the left too, and the attention mask (0 on every pad, including the pads generate writes
+after a row's `</s>`) keeps positions and attention exact. Finished rows leave the cache (`batch_select_indices`).
+`reuse_cache=False` re-prefills everything each turn, image included, as LLaVA-Plus does: the baseline of
+`benchmarks/chat_latency.py` and of the exactness test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from geopilot.config import StrictConfig
+
+
+class GenerationOptions(StrictConfig):
+    """Decoding settings for every turn of a chat (a subset of transformers' GenerationConfig)."""
+
+    max_new_tokens: int = Field(512, ge=1)
+    min_new_tokens: int = Field(0, ge=0)  # > 0 suppresses </s> until then (benchmarks use it to fix lengths)
+    do_sample: bool = False
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    repetition_penalty: float = Field(1.0, gt=0)
+
+    def generation_config(self, tokenizer):
+        from transformers import GenerationConfig
+
+        sampling = {"temperature": self.temperature, "top_p": self.top_p} if self.do_sample else {}
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens,
+            min_new_tokens=self.min_new_tokens or None,
+            do_sample=self.do_sample,
+            repetition_penalty=self.repetition_penalty,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            **sampling,
+        )
+
+
+@dataclass
+class Turn:
+    """One generated assistant turn of one row."""
+
+    token_ids: list[int]  # generated ids without the closing </s>
+    text: str
+    finished: bool  # ended with </s> (False: cut at max_new_tokens)
+    new_input_tokens: int  # tokens prefilled for this turn (the whole prompt on the first turn, or a full re-prefill)
+    seconds: float  # wall time of the generate call (shared by the rows of a batch)
+    logits: Any = None  # [steps, vocab] float tensor, when asked for (tests)
+
+
+def _streamer(tokenizer, on_text: Callable[[str], None]):
+    from transformers import TextStreamer
+
+    class _CallbackStreamer(TextStreamer):  # TextStreamer's documented extension point
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if text:
+                on_text(text)
+
+    return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+class KVSession:
+    """A batch of conversations that share one KV cache across turns."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        prompts: list[list[int]],
+        pixel_values,
+        options: GenerationOptions,
+        reuse_cache: bool = True,
+        logits_processor=None,
+    ):
+        import torch
+        from transformers import DynamicCache
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        from geopilot.batch import collate
+        from geopilot.render import Rendered
+
+        self.model, self.tokenizer, self.reuse_cache = model, tokenizer, reuse_cache
+        self.generation_config = options.generation_config(tokenizer)
+        self.logits_processor = logits_processor
+        batch = collate([Rendered(p, list(p)) for p in prompts], tokenizer.pad_token_id, padding_side="left")
+        self.sequences = batch["input_ids"].to(model.device)
+        self.mask = batch["attention_mask"].to(model.device)
+        self.rows = list(range(len(prompts)))
+        self.lacks_eos = [False] * len(prompts)
+        self.pixel_values = pixel_values.to(model.device, model.dtype)
+        self.cache = DynamicCache(config=model.config)
+        self.started = False
+        start = time.perf_counter()
+        with torch.inference_mode():
+            features = model.get_image_features(pixel_values=self.pixel_values, return_dict=True).pooler_output
+            if self.pixel_values.is_cuda:  # time the work, not the launch
+                torch.cuda.synchronize(self.pixel_values.device)
+        # only the projected features are kept (not every vision layer's hidden states); they are used once
+        self.image_outputs = BaseModelOutputWithPooling(pooler_output=features)
+        self.encode_seconds = time.perf_counter() - start
+
+    def _keep(self, rows: list[int]) -> None:
+        """Drop the rows not in `rows` (finished conversations) from the tensors and the cache."""
+        import torch
+
+        if rows == self.rows:
+            return
+        if any(r not in self.rows for r in rows) or sorted(rows) != rows:
+            raise ValueError(f"rows {rows} must be an ordered subset of the live rows {self.rows}")
+        index = [self.rows.index(r) for r in rows]
+        selected = torch.tensor(index, device=self.sequences.device)
+        self.sequences, self.mask = self.sequences[selected], self.mask[selected]
+        self.pixel_values = self.pixel_values[selected]
+        if self.image_outputs is not None:
+            self.image_outputs.pooler_output = [self.image_outputs.pooler_output[i] for i in index]
+        if self.started:
+            self.cache.batch_select_indices(selected)
+        self.lacks_eos = [self.lacks_eos[i] for i in index]
+        self.rows = rows
+
+    def _append(self, tails: list[list[int]]) -> list[int]:
+        """Append each row's new tokens (after a </s> if its last turn was cut off), left-padded to one width."""
+        import torch
+
+        pieces = [
+            ([self.tokenizer.eos_token_id] if lacks else []) + list(tail)
+            for lacks, tail in zip(self.lacks_eos, tails, strict=True)
+        ]
+        width = max(len(p) for p in pieces)
+        ids = torch.full((len(pieces), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(pieces), width), dtype=torch.long)
+        for row, piece in enumerate(pieces):
+            if piece:
+                ids[row, width - len(piece) :] = torch.tensor(piece, dtype=torch.long)
+                mask[row, width - len(piece) :] = 1
+        self.sequences = torch.cat([self.sequences, ids.to(self.sequences.device)], dim=1)
+        self.mask = torch.cat([self.mask, mask.to(self.mask.device)], dim=1)
+        return [len(p) for p in pieces]
+
+    def generate(
+        self,
+        rows: list[int],
+        tails: list[list[int]] | None = None,
+        stream: Callable[[str], None] | None = None,
+        keep_logits: bool = False,
+    ) -> list[Turn]:
+        """Generate the next assistant turn of `rows`; `tails` are the user-turn ids each row gets first."""
+        import torch
+        from transformers import DynamicCache
+
+        self._keep(rows)
+        if self.started:
+            if tails is None:
+                raise ValueError("every turn after the first needs the new user-turn tokens (tails)")
+            new_tokens = self._append(tails)
+        else:
+            if tails is not None:
+                raise ValueError("the first turn is generated from the prompt alone")
+            new_tokens = self.mask.sum(dim=1).tolist()
+        kwargs: dict[str, Any] = {}
+        if not self.started:
+            kwargs["mm_encoder_outputs"] = {"image": self.image_outputs}
+        elif not self.reuse_cache:  # the baseline: forget the cache, re-encode the image, re-prefill everything
+            self.cache = DynamicCache(config=self.model.config)
+            kwargs["pixel_values"] = self.pixel_values
+            new_tokens = self.mask.sum(dim=1).tolist()
+        if stream is not None and len(rows) == 1:
+            kwargs["streamer"] = _streamer(self.tokenizer, stream)
+        if self.logits_processor is not None:
+            kwargs["logits_processor"] = self.logits_processor
+        width = self.sequences.shape[1]
+        start = time.perf_counter()
+        config = copy.deepcopy(self.generation_config)
+        config.return_dict_in_generate, config.output_logits = True, keep_logits
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=self.sequences, attention_mask=self.mask, cache=self.cache, generation_config=config, **kwargs
+            )
+        seconds = time.perf_counter() - start
+        self.started, self.image_outputs = True, None
+        self.cache = out.cache
+        generated = out.sequences[:, width:]
+        new_mask = torch.zeros_like(generated)
+        turns = []
+        for row in range(generated.shape[0]):
+            ids = generated[row].tolist()
+            finished = self.tokenizer.eos_token_id in ids
+            length = ids.index(self.tokenizer.eos_token_id) if finished else len(ids)
+            new_mask[row, : length + (1 if finished else 0)] = 1
+            self.lacks_eos[row] = not finished
+            logits = (
+                torch.stack([step[row] for step in out.logits])[: length + 1].float().cpu() if keep_logits else None
+            )
+            text = self.tokenizer.decode(ids[:length], skip_special_tokens=True).strip()
+            turns.append(Turn(ids[:length], text, finished, int(new_tokens[row]), seconds, logits))
+        self.sequences = out.sequences
+        self.mask = torch.cat([self.mask, new_mask.to(self.mask.device)], dim=1)
+        return turns
+
+
+class AnswerExtractor:
+    """Streams the final answer out of a turn as it is decoded: the `value` string of a turn whose `actions` is `[]`.
+
+    The wire format writes `reasoning`, `actions`, `value` in that order, so by the time `value` starts it is known
+    whether the turn calls tools (nothing is streamed) or answers. `ChatResult.answer` stays the authoritative text.
+    """
+
+    OPENING = re.compile(r'"value"\s*:\s*"')
+    NO_ACTIONS = re.compile(r'"actions"\s*:\s*\[\s*\]')
+
+    def __init__(self, on_answer: Callable[[str], None]):
+        self.on_answer = on_answer
+        self.text = ""
+        self.emitted = 0  # decoded answer characters already passed on
+        self.closed = False
+
+    def feed(self, piece: str) -> None:
+        self.text += piece
+        if self.closed:
+            return
+        opening = self.OPENING.search(self.text)
+        if opening is None or not self.NO_ACTIONS.search(self.text, 0, opening.start()):
+            return
+        raw = self.text[opening.end() :]
+        decoded, self.closed = _json_string_prefix(raw)
+        if len(decoded) > self.emitted:
+            self.on_answer(decoded[self.emitted :])
+            self.emitted = len(decoded)
+
+
+def _json_string_prefix(raw: str) -> tuple[str, bool]:
+    """Decode the complete part of a JSON string body (`raw` follows the opening quote); True once it is closed."""
+    i, end, closed = 0, len(raw), False
+    while i < end:
+        char = raw[i]
+        if char == '"':
+            closed = True
+            break
+        if char == "\\":
+            step = 6 if raw[i + 1 : i + 2] == "u" else 2
+            if i + step > end:
+                break
+            i += step
+            continue
+        i += 1
+    try:
+        return json.loads('"' + raw[:i] + '"'), closed
+    except json.JSONDecodeError:
+        return "", closed

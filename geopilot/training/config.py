@@ -1,0 +1,127 @@
+"""The training config: one typed tree that `train.py --config <yaml> [key=value ...]` loads (DESIGN §6).
+
+Defaults are the paper's recipe (AdamW, lr 2e-5, cosine with 3% warmup, global batch 144, 2 epochs, full
+fine-tuning with the vision tower frozen, optical replay alpha = 0.2). Every section is a `StrictConfig`, so a
+misspelt key fails with its dotted path before anything is built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from geopilot.config import StrictConfig, load_config
+from geopilot.model import ModelConfig
+
+
+class DataConfig(StrictConfig):
+    files: list[str] = Field(min_length=1)  # JSONL sample files; each sample's `modality` decides its stage
+    alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage 2: optical replay = round(alpha * |optical|)
+    mixture_seed: int = 0  # which optical samples are replayed in stage 2
+    max_length: int = Field(default=2048, ge=8)  # longer samples are skipped and counted, never cut
+    on_bad_line: Literal["raise", "skip"] = "skip"  # a JSONL line that fails validation
+    check_images: bool = True  # decode every image once before training; unreadable ones are counted skips
+    max_pixels: int = 100_000_000
+    max_skip_fraction: float = Field(default=0.05, ge=0.0, le=1.0)  # more skips than this is an error
+    cache_dir: str | None = None  # tokenisation cache (datasets); default: <output_dir>/../.cache/tokenised
+    group_by_length: bool = True
+    megabatch_batches: int = Field(default=32, ge=1)  # length grouping sorts within this many batches
+    num_workers: int = Field(default=0, ge=0)
+
+
+class OptimConfig(StrictConfig):
+    epochs: int = Field(default=2, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)  # caps the optimizer steps (smoke runs, tests)
+    global_batch_size: int = Field(default=144, ge=1)  # = per_device_batch_size x grad-accum x world size
+    per_device_batch_size: int = Field(default=9, ge=1)
+    lr: float = Field(default=2e-5, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_ratio: float = Field(default=0.03, ge=0.0, lt=1.0)
+    scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    max_grad_norm: float = Field(default=1.0, ge=0.0)  # 0 turns clipping off
+    gradient_checkpointing: bool = False
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    seed: int = 42
+
+
+class FreezeConfig(StrictConfig):
+    """Which components do not train. LLaVA-1.5 fine-tuning freezes only the vision tower."""
+
+    vision_tower: bool = True
+    projector: bool = False
+    language_model: bool = False  # the decoder, its embeddings and lm_head
+
+
+class LoraSettings(StrictConfig):
+    """LoRA through peft on the language model only (regex: CLIP has q/k/v_proj too); merged at export."""
+
+    enabled: bool = False
+    r: int = Field(default=128, ge=1)
+    alpha: int = Field(default=256, ge=1)
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
+    target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    modules_to_save: list[str] = ["multi_modal_projector"]
+
+
+class EngineConfig(StrictConfig):
+    deepspeed: str | None = None  # a DeepSpeed JSON (configs/deepspeed/*.json); None = DDP through accelerate
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl with CUDA, gloo on CPU
+
+
+class CheckpointConfig(StrictConfig):
+    save_steps: int = Field(default=500, ge=1)
+    keep_last: int = Field(default=2, ge=1)
+    resume: bool = True  # re-running the same command continues from the latest complete checkpoint
+
+
+class LoggingConfig(StrictConfig):
+    logging_steps: int = Field(default=10, ge=1)
+    tensorboard: bool = True
+    progress_bar: bool = True
+    log_sample_ids: bool = True  # logs/samples.rank<r>.jsonl: which samples each step trained on
+
+
+class DebugConfig(StrictConfig):
+    """Fault injection for the resume tests: the process SIGKILLs itself, as a pre-emption would."""
+
+    crash_at_step: int | None = None  # after this optimizer step (and any checkpoint at it) completes
+    crash_in_checkpoint_at_step: int | None = None  # half-way through writing this step's checkpoint
+
+
+class TrainConfig(StrictConfig):
+    stage: Literal[1, 2]
+    output_dir: str
+    model: ModelConfig = ModelConfig()
+    data: DataConfig
+    optim: OptimConfig = OptimConfig()
+    freeze: FreezeConfig = FreezeConfig()
+    lora: LoraSettings = LoraSettings()
+    engine: EngineConfig = EngineConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+    debug: DebugConfig = DebugConfig()
+
+    @model_validator(mode="after")
+    def _stage_two_starts_from_a_model(self) -> TrainConfig:
+        if self.stage == 2 and self.model.init != "llava_hf":
+            raise ValueError("stage 2 continues from the stage-1 export: set model.init=llava_hf and model.llava_path")
+        if self.optim.global_batch_size % self.optim.per_device_batch_size:
+            raise ValueError(
+                f"optim.global_batch_size {self.optim.global_batch_size} is not a multiple of "
+                f"optim.per_device_batch_size {self.optim.per_device_batch_size}"
+            )
+        return self
+
+    @property
+    def cache_dir(self) -> Path:
+        if self.data.cache_dir:
+            return Path(self.data.cache_dir)
+        return Path(self.output_dir).resolve().parent / ".cache" / "tokenised"
+
+
+def load_train_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    return load_config(TrainConfig, path, overrides)

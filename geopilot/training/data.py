@@ -1,0 +1,231 @@
+"""Training data: JSONL samples -> rendered ids + labels (cached with `datasets`) -> the stage's mixture.
+
+    load + render each file (cached)  ->  drop skips (too long, bad image, duplicate id)  ->  select the stage
+
+The cache key is the data file's sha256 + the tokenizer's fingerprint + the renderer's source hash + the number of
+image tokens + max_length, so changing any of them re-renders and nothing stale is reused. Every skip is counted
+by cause and reported; too many skips, or none left, is an error rather than a silently smaller run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError, ImageInputError, SampleError
+from geopilot.image import load_image
+from geopilot.render import render_sample
+from geopilot.sample import LoadReport, load_samples
+from geopilot.training.config import DataConfig
+from geopilot.training.mixture import Mixture, select_stage
+
+COLUMNS = ("id", "image", "modality", "source", "ability", "input_ids", "labels", "length", "skip")
+MAX_REPORTED_EXAMPLES = 20
+
+
+class TrainingDataError(GeoPilotInputError):
+    """The training set cannot be built: no samples left, or more skipped than allowed."""
+
+
+@dataclass
+class TrainingData:
+    dataset: object  # datasets.Dataset with COLUMNS (minus "skip"), in file/line order of the selection
+    mixture: Mixture
+    loaded: int  # valid samples read from the files
+    skipped: Counter = field(default_factory=Counter)  # cause -> count
+    skip_examples: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict:
+        """Samples trained on, per source and per modality (written into checkpoints and the export)."""
+        by_source = Counter(self.dataset["source"])
+        by_modality = Counter(self.dataset["modality"])
+        return {
+            "total": len(self.dataset),
+            "by_source": dict(sorted(by_source.items())),
+            "by_modality": dict(by_modality),
+        }
+
+    def report(self) -> dict:
+        return {
+            "loaded": self.loaded,
+            "skipped": dict(self.skipped),
+            "skip_examples": self.skip_examples,
+            "mixture": self.mixture.summary(),
+            "trained": self.counts(),
+        }
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    specials = json.dumps([str(tokenizer.special_tokens_map), len(tokenizer)])
+    return hashlib.sha256((text + specials).encode()).hexdigest()[:16]
+
+
+def render_version() -> str:
+    """Hash of the code that turns a sample into tokens: a change there invalidates every cache entry."""
+    from geopilot import render, sample, tokenizer, tool_output, wire
+
+    source = "".join(inspect.getsource(module) for module in (render, wire, tokenizer, tool_output, sample))
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _render_file(path: Path, tokenizer, num_image_tokens: int, cfg: DataConfig) -> tuple[dict, dict]:
+    """One JSONL file -> columns (every valid sample, with a `skip` reason for the unrenderable) + load report."""
+    report = LoadReport()
+    columns: dict[str, list] = {name: [] for name in COLUMNS}
+    for sample in load_samples(path, on_error=cfg.on_bad_line, report=report):
+        image_path = sample.image_path(path.parent)
+        try:
+            rendered = render_sample(sample, tokenizer, num_image_tokens, cfg.max_length)
+            ids, labels, skip = rendered.input_ids, rendered.labels, ""
+        except SampleError as err:
+            ids, labels, skip = [], [], f"too_long: {err}"
+        row = {
+            "id": sample.id,
+            "image": str(image_path.resolve()) if image_path else "",
+            "modality": sample.modality,
+            "source": sample.source,
+            "ability": sample.ability,
+            "input_ids": ids,
+            "labels": labels,
+            "length": len(ids),
+            "skip": skip,
+        }
+        for name in COLUMNS:
+            columns[name].append(row[name])
+    return columns, {
+        "loaded": report.loaded,
+        "bad_lines": report.skipped,
+        "errors": report.errors[:MAX_REPORTED_EXAMPLES],
+    }
+
+
+def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int, cfg: DataConfig, cache_root: Path):
+    """The cached rendering of one file: (datasets.Dataset, load report). Written aside, then renamed."""
+    import datasets
+
+    path = Path(path)
+    if not path.is_file():
+        raise TrainingDataError(f"data file not found: {path}")
+    key_parts = [
+        _sha256_file(path),
+        tokenizer_fingerprint(tokenizer),
+        render_version(),
+        str(num_image_tokens),
+        str(cfg.max_length),
+        cfg.on_bad_line,
+        str(path.parent.resolve()),
+    ]
+    key = hashlib.sha256("|".join(key_parts).encode()).hexdigest()[:24]
+    entry = cache_root / f"{path.stem}-{key}"
+    if (entry / "load_report.json").is_file():
+        return datasets.load_from_disk(str(entry / "dataset")), json.loads((entry / "load_report.json").read_text())
+    columns, load_report = _render_file(path, tokenizer, num_image_tokens, cfg)
+    features = datasets.Features(
+        {
+            "id": datasets.Value("string"),
+            "image": datasets.Value("string"),
+            "modality": datasets.Value("string"),
+            "source": datasets.Value("string"),
+            "ability": datasets.Value("string"),
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "labels": datasets.Sequence(datasets.Value("int32")),
+            "length": datasets.Value("int32"),
+            "skip": datasets.Value("string"),
+        }
+    )
+    dataset = datasets.Dataset.from_dict(columns, features=features)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=cache_root))
+    dataset.save_to_disk(str(staging / "dataset"))
+    (staging / "load_report.json").write_text(json.dumps(load_report))  # written last: marks the entry complete
+    try:
+        os.replace(staging, entry)
+    except OSError:  # another process published the same entry first; it is identical
+        shutil.rmtree(staging, ignore_errors=True)
+    return datasets.load_from_disk(str(entry / "dataset")), load_report
+
+
+def _image_problem(image: str, max_pixels: int) -> str | None:
+    if not image:
+        return None
+    try:
+        load_image(image, max_pixels=max_pixels)
+    except ImageInputError as err:
+        return str(err)
+    return None
+
+
+def build_training_data(
+    cfg: DataConfig, stage: int, tokenizer, num_image_tokens: int, cache_root: Path
+) -> TrainingData:
+    import datasets
+
+    parts, loaded, skipped, examples = [], 0, Counter(), []
+    for file in cfg.files:
+        dataset, load_report = tokenised_file(file, tokenizer, num_image_tokens, cfg, cache_root)
+        parts.append(dataset)
+        loaded += load_report["loaded"]
+        if load_report["bad_lines"]:
+            skipped["bad_line"] += load_report["bad_lines"]
+            examples += [f"{file}: {e}" for e in load_report["errors"]]
+    rows = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+    keep, seen = [], set()
+    for index, (sample_id, image, skip) in enumerate(zip(rows["id"], rows["image"], rows["skip"], strict=True)):
+        problem = None
+        if sample_id in seen:
+            problem = ("duplicate_id", f"sample {sample_id!r}: duplicate id, the first occurrence is kept")
+        elif skip:
+            problem = ("too_long", skip.removeprefix("too_long: "))
+        elif cfg.check_images and (reason := _image_problem(image, cfg.max_pixels)):
+            problem = ("image", f"sample {sample_id!r}: {reason}")
+        seen.add(sample_id)
+        if problem:
+            skipped[problem[0]] += 1
+            examples.append(problem[1])
+        else:
+            keep.append(index)
+    usable = rows.select(keep)
+    mixture = select_stage(usable["modality"], stage, cfg.alpha, cfg.mixture_seed)
+    data = TrainingData(
+        usable.select(mixture.indices).remove_columns("skip"),
+        mixture,
+        loaded,
+        skipped,
+        examples[:MAX_REPORTED_EXAMPLES],
+    )
+    _check_enough(data, cfg, stage)
+    return data
+
+
+def _check_enough(data: TrainingData, cfg: DataConfig, stage: int) -> None:
+    total_seen = data.loaded + data.skipped["bad_line"]
+    fraction = sum(data.skipped.values()) / max(1, total_seen)
+    if fraction > cfg.max_skip_fraction:
+        raise TrainingDataError(
+            f"{sum(data.skipped.values())} of {total_seen} samples skipped ({dict(data.skipped)}), more than "
+            f"data.max_skip_fraction={cfg.max_skip_fraction}; first: {data.skip_examples[0] if data.skip_examples else '-'}"
+        )
+    if len(data.dataset) == 0:
+        wanted = "optical samples" if stage == 1 else "SAR samples or optical replay (alpha > 0)"
+        raise TrainingDataError(
+            f"no training samples left for stage {stage} after filtering (stage {stage} needs {wanted}); "
+            f"loaded {data.loaded}, skipped {dict(data.skipped)}, available {data.mixture.available}"
+        )

@@ -1,0 +1,88 @@
+"""Bad data becomes counted, reported skips (or a clear error); the tokenisation cache is keyed on its inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from geopilot.model import ModelConfig, build_model, num_image_tokens
+from geopilot.render import render_sample
+from geopilot.sample import load_samples, write_samples
+from geopilot.training.config import DataConfig
+from geopilot.training.data import TrainingDataError, build_training_data
+from geopilot.training.demo_data import write_demo_dataset
+
+
+@pytest.fixture(scope="module")
+def processor_and_tokens():
+    model, processor = build_model(ModelConfig(init="tiny"))
+    return processor, num_image_tokens(model.config)
+
+
+def build(files, tmp_path, processor_and_tokens, stage=1, **data):
+    processor, tokens = processor_and_tokens
+    cfg = DataConfig(files=[str(f) for f in files], **data)
+    return build_training_data(cfg, stage, processor.tokenizer, tokens, tmp_path / "cache")
+
+
+def test_missing_image_is_a_counted_skip(tmp_path, processor_and_tokens):
+    path = write_demo_dataset(tmp_path / "d", optical=10, sar=0)
+    (tmp_path / "d/images/optical_00003.png").unlink()
+    data = build([path], tmp_path, processor_and_tokens, max_skip_fraction=0.2)
+    assert data.skipped == {"image": 1}
+    assert len(data.dataset) == 9 and "optical/00003" not in " ".join(data.dataset["id"])
+    assert "image not found" in data.skip_examples[0]
+
+
+def test_too_long_sample_is_skipped_not_cut(tmp_path, processor_and_tokens):
+    processor, tokens = processor_and_tokens
+    path = write_demo_dataset(tmp_path / "d", optical=12, sar=0)
+    lengths = sorted(len(render_sample(s, processor.tokenizer, tokens).input_ids) for s in load_samples(path))
+    limit = lengths[-3]  # the two longest exceed it (if not tied)
+    too_long = sum(n > limit for n in lengths)
+    data = build([path], tmp_path, processor_and_tokens, max_length=limit, max_skip_fraction=0.5)
+    assert data.skipped == {"too_long": too_long} and too_long >= 1
+    assert len(data.dataset) == 12 - too_long
+    assert max(data.dataset["length"]) <= limit
+    assert "truncating would cut" in data.skip_examples[0]
+
+
+def test_too_many_skips_is_an_error(tmp_path, processor_and_tokens):
+    path = write_demo_dataset(tmp_path / "d", optical=10, sar=0)
+    for image in list((tmp_path / "d/images").glob("*.png"))[:3]:
+        image.write_bytes(b"not a png")
+    with pytest.raises(TrainingDataError, match="more than data.max_skip_fraction"):
+        build([path], tmp_path, processor_and_tokens)
+
+
+def test_empty_after_filtering_is_an_error(tmp_path, processor_and_tokens):
+    path = write_demo_dataset(tmp_path / "d", optical=0, sar=6)  # stage 1 trains on optical only
+    with pytest.raises(TrainingDataError, match="no training samples left for stage 1"):
+        build([path], tmp_path, processor_and_tokens)
+
+
+def test_bad_json_line_is_a_counted_skip_and_duplicates_are_dropped(tmp_path, processor_and_tokens):
+    path = write_demo_dataset(tmp_path / "d", optical=10, sar=0)
+    samples = list(load_samples(path))
+    write_samples(samples + samples[:1], path)
+    with path.open("a") as handle:
+        handle.write('{"id": "broken", "messages": []}\n')
+    data = build([path], tmp_path, processor_and_tokens, max_skip_fraction=0.5)
+    assert data.skipped == {"duplicate_id": 1, "bad_line": 1}
+    assert len(data.dataset) == 10
+
+
+def test_cache_is_reused_and_invalidated_by_its_inputs(tmp_path, processor_and_tokens):
+    path = write_demo_dataset(tmp_path / "d", optical=6, sar=0)
+    build([path], tmp_path, processor_and_tokens)
+    entries = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    again = build([path], tmp_path, processor_and_tokens)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == entries and len(entries) == 1
+    assert len(again.dataset) == 6
+    build([path], tmp_path, processor_and_tokens, max_length=4096)  # a different key
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n")  # a different data file
+    shorter = build([path], tmp_path, processor_and_tokens)
+    assert len(list((tmp_path / "cache").iterdir())) == 3 and len(shorter.dataset) == 5
+    assert json.loads((tmp_path / "cache" / entries[0] / "load_report.json").read_text())["loaded"] == 6

@@ -1,0 +1,70 @@
+"""The shipped DeepSpeed configs resolve and validate; typos are caught before anything launches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from geopilot.errors import ConfigError
+from geopilot.training import deepspeed_config as dsc
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
+
+
+def resolved(data: dict, world: int = 2) -> dict:
+    return dsc.resolve_auto(
+        data, micro_batch=2, grad_accum=3, global_batch=6 * world, max_grad_norm=1.0, mixed_precision="bf16"
+    )
+
+
+@pytest.mark.parametrize("name, stage", [("zero2.json", 2), ("zero3.json", 3), ("zero3_offload.json", 3)])
+def test_shipped_configs_validate(name, stage):
+    data = resolved(dsc.read_deepspeed_json(CONFIGS / name))
+    dsc.validate(data, name, world_size=2)
+    assert dsc.zero_stage(data) == stage
+    assert data["train_batch_size"] == 12 and data["bf16"]["enabled"] is True
+
+
+def test_misspelt_section_is_named_with_a_suggestion():
+    data = resolved(dsc.read_deepspeed_json(CONFIGS / "zero2.json"))
+    data["zero_optimisation"] = data.pop("zero_optimization")
+    with pytest.raises(ConfigError, match="'zero_optimisation' \\(did you mean 'zero_optimization'\\?\\)"):
+        dsc.validate(data, "zero2.json", 2)
+
+
+def test_misspelt_nested_key_and_bad_stage():
+    data = resolved(dsc.read_deepspeed_json(CONFIGS / "zero2.json"))
+    data["zero_optimization"]["overlap_com"] = True
+    with pytest.raises(ConfigError, match="overlap_com"):
+        dsc.validate(data, "zero2.json", 2)
+    data = resolved(dsc.read_deepspeed_json(CONFIGS / "zero2.json"))
+    data["zero_optimization"]["stage"] = 7
+    with pytest.raises(ConfigError, match="invalid DeepSpeed config"):
+        dsc.validate(data, "zero2.json", 2)
+
+
+def test_batch_size_mismatch_and_unresolvable_auto(tmp_path):
+    data = resolved(dsc.read_deepspeed_json(CONFIGS / "zero2.json"))
+    with pytest.raises(ConfigError, match="train_batch_size 12 != micro batch 2 x accumulation 3 x world 4"):
+        dsc.validate(data, "zero2.json", 4)
+    with pytest.raises(ConfigError, match="zero_optimization.reduce_bucket_size"):
+        resolved({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"zero_optimization": {"stage": 2},}')
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        dsc.read_deepspeed_json(bad)
+
+
+@pytest.mark.parametrize("name", ["stage1.yaml", "stage2.yaml"])
+def test_paper_configs_resolve_for_eight_processes(name):
+    from geopilot.training.config import load_train_config
+    from geopilot.training.engine import deepspeed_settings, grad_accum_steps
+
+    cfg = load_train_config(CONFIGS.parent / name)
+    assert (cfg.optim.lr, cfg.optim.global_batch_size, cfg.optim.epochs, cfg.optim.warmup_ratio) == (2e-5, 144, 2, 0.03)
+    assert grad_accum_steps(cfg, world_size=8) == 2
+    ds = deepspeed_settings(cfg, world_size=8)
+    assert ds["train_batch_size"] == 144 and ds["train_micro_batch_size_per_gpu"] == 9 and ds["bf16"]["enabled"]
+    with pytest.raises(ConfigError, match="not a multiple"):
+        grad_accum_steps(cfg, world_size=5)

@@ -1,0 +1,42 @@
+"""argv builders for in-process `train.main` runs on the tiny configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Small, fast runs: batch 4 = 2 per device x 2 accumulation, short max_length, checkpoints every 2 steps.
+TINY = [
+    "optim.per_device_batch_size=2",
+    "optim.global_batch_size=4",
+    "optim.lr=1e-3",
+    "logging.progress_bar=false",
+    "checkpoint.save_steps=2",
+    "logging.logging_steps=1",
+]
+
+
+def stage1_args(data: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--config",
+        str(ROOT / "configs/tiny/stage1.yaml"),
+        f"output_dir={out}",
+        f"data.files=[{data}]",
+        f"data.cache_dir={out.parent / 'cache'}",
+        *TINY,
+        *extra,
+    ]
+
+
+def stage2_args(data: Path, out: Path, stage1_export: Path, *extra: str) -> list[str]:
+    return [
+        "--config",
+        str(ROOT / "configs/tiny/stage2.yaml"),
+        f"output_dir={out}",
+        f"data.files=[{data}]",
+        f"model.llava_path={stage1_export}",
+        f"data.cache_dir={out.parent / 'cache'}",
+        *TINY,
+        *extra,
+    ]

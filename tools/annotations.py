@@ -1,0 +1,173 @@
+"""The annotation-backed backend: ground truth of one `AnnotationRecord`, returned as the canonical tool output.
+
+data_gen uses it to write tool turns whose content is exactly right. Every output says
+`provenance="annotations"`. Two ways in:
+
+    backend = AnnotationBackend(record, root="/data/dota")       # root: base of relative mask/image paths
+    output = backend.call("detect_objects", {"categories": ["plane"]})     # params checked by the tool's model
+
+    registry = build_registry(annotations=record)                 # geopilot.tools.registry: all ten tools
+    result = registry.call(Action(tool="ground", params={"expression": "the red car"}), loaded_image)
+
+What each tool returns: detect_objects / segment_instances -> objects whose label matches a category
+(case-insensitive, singular or plural); detect_all / sar_detect_all -> all objects; ground / sar_ground /
+segment_referring -> the objects of the referring expression equal to the query (normalised spaces and case);
+segment_* add COCO RLE masks (the annotated mask, else the filled polygon, else the box) and area fractions;
+segment_semantic -> per class area + RLE from the mask file; extract_roads -> the road graph; remove_clouds ->
+the paired cloud-free image as an artefact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from pycocotools import mask as mask_utils
+from pydantic import BaseModel, ValidationError
+
+from geopilot.data_gen.records import AnnotationRecord, ObjectAnnotation
+from geopilot.errors import GeoPilotInputError
+from geopilot.image import LoadedImage
+from geopilot.tool_output import RLE, Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
+from geopilot.tool_protocol import describe_params_error
+from geopilot.tools.canonical import box_mask, encode_mask, polygon_mask, rle_area_fraction, unit_box, unit_polygon
+from geopilot.tools.tasks import TASKS_BY_NAME
+
+PROVENANCE = "annotations"
+
+
+class AnnotationMissingError(GeoPilotInputError):
+    """The record has no annotation of the kind a tool needs (e.g. no road graph for extract_roads)."""
+
+
+def normalise_name(text: str) -> str:
+    words = text.lower().replace("_", " ").replace("-", " ").split()
+    if words and len(words[-1]) > 3 and words[-1].endswith("s") and not words[-1].endswith("ss"):
+        words[-1] = words[-1][:-1]  # "planes" ~ "plane", "storage tanks" ~ "storage tank"; "grass" stays
+    return " ".join(words)
+
+
+def normalise_expression(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".")
+
+
+class AnnotationBackend:
+    def __init__(self, record: AnnotationRecord, root: str | Path | None = None):
+        self.record = record
+        self.root = Path(root) if root is not None else None
+
+    # -- entry points -------------------------------------------------------------------------------------------
+    def call(self, tool: str, params: dict | BaseModel | None = None) -> ToolOutput:
+        """Validate `params` with the tool's input model and return the ground-truth output."""
+        if tool not in TASKS_BY_NAME:
+            raise GeoPilotInputError(f"unknown tool {tool!r}; available: {', '.join(TASKS_BY_NAME)}")
+        if not isinstance(params, BaseModel):
+            try:
+                params = TASKS_BY_NAME[tool].params_model.model_validate(params or {})
+            except ValidationError as err:
+                raise GeoPilotInputError(f"invalid params for {tool!r}: {describe_params_error(err)}") from None
+        return self.run(tool, None, params)
+
+    def run(self, tool: str, image: LoadedImage | None, params: BaseModel) -> ToolOutput:
+        handlers = {
+            "detect_objects": lambda: self._detections(self._by_category(params.categories)),
+            "detect_all": lambda: self._detections(range(len(self.record.objects))),
+            "ground": lambda: self._referred(params.expression, with_masks=False),
+            "segment_semantic": lambda: self._semantic(params.classes),
+            "segment_instances": lambda: self._detections(self._by_category(params.categories), with_masks=True),
+            "segment_referring": lambda: self._referred(params.expression, with_masks=True),
+            "extract_roads": self._roads,
+            "remove_clouds": self._cloud_free,
+            "sar_detect_all": lambda: self._detections(range(len(self.record.objects))),
+            "sar_ground": lambda: self._referred(params.expression, with_masks=False),
+        }
+        if tool not in handlers:
+            raise GeoPilotInputError(f"the annotation backend has no rule for tool {tool!r}")
+        return handlers[tool]()
+
+    # -- objects --------------------------------------------------------------------------------------------------
+    def _by_category(self, categories: list[str]) -> list[int]:
+        wanted = {normalise_name(c) for c in categories}
+        return [i for i, obj in enumerate(self.record.objects) if normalise_name(obj.label) in wanted]
+
+    def _mask(self, obj: ObjectAnnotation) -> RLE:
+        width, height = self.record.width, self.record.height
+        if obj.mask is not None:
+            size = [int(s) for s in obj.mask["size"]]
+            counts = obj.mask["counts"]
+            if isinstance(counts, list):  # uncompressed RLE -> compressed
+                counts = mask_utils.frPyObjects({"size": size, "counts": counts}, size[0], size[1])["counts"].decode(
+                    "ascii"
+                )
+            return RLE(size=(size[0], size[1]), counts=counts)
+        if obj.polygon is not None and len(obj.polygon) >= 3:
+            return polygon_mask(obj.polygon, width, height)
+        return box_mask(obj.box, width, height)
+
+    def _detection(self, obj: ObjectAnnotation, with_mask: bool) -> Detection:
+        polygon = unit_polygon(obj.polygon) if obj.polygon is not None and len(obj.polygon) >= 3 else None
+        mask = self._mask(obj) if with_mask else None
+        area = round(rle_area_fraction(mask), 6) if mask is not None else None
+        return Detection(label=obj.label, box=unit_box(*obj.box), polygon=polygon, mask=mask, area=area)
+
+    def _detections(self, indices, with_masks: bool = False) -> ToolOutput:
+        objects = self.record.objects
+        return ToolOutput(provenance=PROVENANCE, detections=[self._detection(objects[i], with_masks) for i in indices])
+
+    def _referred(self, expression: str, with_masks: bool) -> ToolOutput:
+        query = normalise_expression(expression)
+        for ref in self.record.referring:
+            if normalise_expression(ref.expression) == query:
+                return self._detections(ref.object_indices, with_masks)
+        return ToolOutput(provenance=PROVENANCE, message=f"no annotated object matches {expression!r}")
+
+    # -- rasters and graphs -------------------------------------------------------------------------------------------
+    def _path(self, path: str) -> Path:
+        candidate = Path(path)
+        return candidate if candidate.is_absolute() or self.root is None else self.root / candidate
+
+    def _semantic(self, classes: list[str]) -> ToolOutput:
+        semantic = self.record.semantic
+        if semantic is None:
+            raise AnnotationMissingError(f"record {self.record.record_id!r} has no semantic mask for segment_semantic")
+        path = self._path(semantic.mask_path)
+        try:
+            with Image.open(path) as handle:
+                labels = np.asarray(handle)
+        except OSError as err:
+            raise AnnotationMissingError(f"semantic mask {path} cannot be read: {err}") from None
+        if labels.ndim != 2:
+            raise AnnotationMissingError(f"semantic mask {path} must be single-channel, got shape {labels.shape}")
+        values_by_name: dict[str, list[int]] = {}
+        for value, name in semantic.class_names.items():
+            values_by_name.setdefault(normalise_name(name), []).append(int(value))
+        segments, unknown = [], []
+        for name in classes:
+            values = values_by_name.get(normalise_name(name))
+            if values is None:
+                unknown.append(name)
+                continue
+            mask = np.isin(labels, values)
+            segments.append(SegmentClass(label=name, area=round(float(mask.mean()), 6), mask=encode_mask(mask)))
+        message = f"classes not in this dataset's annotations: {', '.join(unknown)}" if unknown else None
+        return ToolOutput(provenance=PROVENANCE, segments=segments, message=message)
+
+    def _roads(self) -> ToolOutput:
+        roads = self.record.roads
+        if roads is None:
+            raise AnnotationMissingError(f"record {self.record.record_id!r} has no road graph for extract_roads")
+        edges = sorted({(min(a, b), max(a, b)) for a, b in roads.edges if a != b})
+        return ToolOutput(provenance=PROVENANCE, roads=RoadGraph(nodes=unit_polygon(roads.nodes), edges=edges))
+
+    def _cloud_free(self) -> ToolOutput:
+        if self.record.cloud_free_image is None:
+            raise AnnotationMissingError(f"record {self.record.record_id!r} has no cloud-free image for remove_clouds")
+        path = self._path(self.record.cloud_free_image)
+        if not path.is_file():
+            raise AnnotationMissingError(f"cloud-free image {path} does not exist")
+        return ToolOutput(
+            provenance=PROVENANCE,
+            artifacts=[Artifact(kind="image", path=str(path.resolve()))],
+            message="cloud-free image (paired ground truth)",
+        )

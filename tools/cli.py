@@ -1,0 +1,113 @@
+"""`geopilot tools list|run`: the task-level tools from the command line.
+
+    geopilot tools list [--json]
+    geopilot tools run remove_clouds --image cloudy.png --out out/          # writes out/output.json + the image
+    geopilot tools run detect_objects --image scene.tif --params '{"categories": ["ship"]}' --json
+    (both take --config configs/tools.yaml and --set key=value overrides, e.g. --set device=cpu)
+
+Exit codes: 0 success; 2 bad input (unknown tool, bad params, unreadable or too large image, missing weights,
+a backend that is not available yet); 1 when the tool itself fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=None, help="tools YAML (default: configs/tools.yaml)")
+    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{list,run}")
+    sub.add_parser("list", parents=[common], help="the tools, their backends and whether they are ready")
+    run_parser = sub.add_parser("run", parents=[common], help="run one tool on one image")
+    run_parser.add_argument("tool", help="task-level tool name, e.g. detect_objects")
+    run_parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF)")
+    run_parser.add_argument(
+        "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
+    )
+    run_parser.add_argument("--out", default=None, help="folder for output.json and artefacts (restored images)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return _list(args) if args.action == "list" else _run(args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from geopilot.tools.registry import binding_status, build_registry, load_tools_config
+
+    config = load_tools_config(args.config, args.set)
+    registry = build_registry(config=config)
+    rows = []
+    for schema in registry.schemas():
+        binding = config.tools[schema["name"]]
+        rows.append({**schema, "backend": binding.backend, "status": binding_status(binding)})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        print(f"{row['name']:<18} {row['modality']:<8} {row['backend']:<12} {row['status']}")
+        print(f"{'':<18} {row['description']}")
+    return 0
+
+
+def _parse_params(text: str) -> dict:
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise GeoPilotInputError(f"--params is not valid JSON: {err}") from None
+    if not isinstance(params, dict):
+        raise GeoPilotInputError(f"--params must be a JSON object, got {type(params).__name__}")
+    return params
+
+
+def _run(args: argparse.Namespace) -> int:
+    from geopilot.image import load_image
+    from geopilot.sample import Action
+    from geopilot.tool_output import llm_view
+    from geopilot.tool_protocol import ToolCallError
+    from geopilot.tools.registry import build_registry, load_tools_config
+
+    params = _parse_params(args.params)
+    config = load_tools_config(args.config, args.set)
+    if args.out:
+        config.artifacts_dir = str(Path(args.out).resolve())
+    registry = build_registry(config=config)
+    action = Action(tool=args.tool, params=params)
+    try:
+        tool, _ = registry.validate(action)
+    except ToolCallError as err:
+        raise GeoPilotInputError(str(err)) from None
+    image = load_image(args.image, max_pixels=config.max_pixels)
+    tool.prepare()  # missing weights or an unavailable backend: exit 2 before anything runs
+    result = registry.call(action, image)
+    report = {
+        "tool": result.tool,
+        "params": result.params,
+        "ok": result.ok,
+        "error": result.error,
+        "error_kind": result.error_kind,
+        "seconds": round(result.seconds, 3),
+        "output": result.output.model_dump(mode="json") if result.output is not None else None,
+        "llm_view": llm_view(result.output) if result.output is not None else None,
+    }
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "output.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(report))
+    elif result.ok:
+        print(f"{result.tool}: {json.dumps(report['llm_view'])}")
+        for artifact in result.output.artifacts:
+            print(f"{artifact.kind}: {artifact.path}")
+    if not result.ok:
+        print(f"geopilot tools run: error: {result.error}", file=sys.stderr)
+        return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality") else 1
+    return 0

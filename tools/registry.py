@@ -1,0 +1,220 @@
+"""The task-level tool registry: `configs/tools.yaml` -> a `geopilot.tool_protocol.ToolRegistry` of the ten tools.
+
+    registry = build_registry()                                  # configs/tools.yaml, weights loaded on first call
+    registry = build_registry(overrides=["device=cpu", "tools.remove_clouds.options.variant=RICE2"])
+    registry = build_registry(annotations=record)                # ground truth for data_gen (provenance=annotations)
+
+`BACKENDS` below is the one place that says which specialist model serves which tools and how it is built.
+Backend modules are imported inside their constructor functions, so the registry builds without them
+(and without any weights); a missing backend or missing weights is a clear error at call time, in `ToolResult`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from geopilot.config import StrictConfig, describe_validation_error, load_config
+from geopilot.data_gen.records import AnnotationRecord
+from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.image import DEFAULT_MAX_PIXELS
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tools.adapters import (
+    CloudRemovalAdapter,
+    DetectorAdapter,
+    DetectorOptions,
+    NoOptions,
+    SegmenterAdapter,
+    SegmenterOptions,
+    SpaGanOptions,
+)
+from geopilot.tools.spa_gan import CHECKPOINT_NAME
+from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool, UnavailableBackend
+from geopilot.tools.weights import pick_device, resolve_weights
+
+# configs/ ships inside the distribution as `geopilot.configs`, so the default works from a wheel too.
+DEFAULT_CONFIG = Path(str(resources.files("geopilot.configs") / "tools.yaml"))
+
+
+class ToolBinding(StrictConfig):
+    backend: str
+    weights: str | None = None  # explicit file or folder; else $GEOPILOT_WEIGHTS_DIR/<weights_name or backend>/
+    weights_name: str | None = None  # folder name under $GEOPILOT_WEIGHTS_DIR when it differs from the backend's
+    options: dict[str, Any] = {}
+
+
+class ToolsConfig(StrictConfig):
+    device: str = "auto"  # "auto" = CUDA when present
+    timeout_s: float = Field(120.0, gt=0)
+    max_pixels: int = Field(DEFAULT_MAX_PIXELS, ge=1)  # larger images are refused by every tool
+    artifacts_dir: str | None = None  # where restored images go; default: <tmp>/geopilot-artifacts
+    tools: dict[str, ToolBinding]
+
+    @model_validator(mode="after")
+    def _binds_the_ten_tools(self) -> ToolsConfig:
+        unknown = sorted(set(self.tools) - set(TASKS_BY_NAME))
+        missing = [name for name in TASKS_BY_NAME if name not in self.tools]
+        if unknown:
+            raise ValueError(f"unknown tools {unknown}; the task-level tools are {list(TASKS_BY_NAME)}")
+        if missing:
+            raise ValueError(f"no binding for tools {missing}")
+        for name, binding in self.tools.items():
+            spec = BACKENDS.get(binding.backend)
+            if spec is None:
+                raise ValueError(f"tools.{name}.backend: unknown backend {binding.backend!r}; known: {list(BACKENDS)}")
+            if name not in spec.tasks:
+                raise ValueError(
+                    f"tools.{name}.backend: {binding.backend!r} cannot serve {name!r} (it serves {sorted(spec.tasks)})"
+                )
+        return self
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    tasks: frozenset[str]  # task-level tools this backend can serve
+    options_model: type[StrictConfig]
+    load: Callable[[Path, str, Any], Any] | None  # (weights, device, options) -> model; None = not available yet
+    adapt: Callable[[Any, Any, Path], Backend] | None  # (model, options, artifacts_dir) -> the backend of one tool
+    load_key: Callable[[Any], str] = lambda options: ""  # the options that change what is loaded
+    weights_file: Callable[[Any], str | None] = lambda options: None  # file under the weights folder, if one
+
+
+def _load_lae_dino(weights: Path, device: str, options: DetectorOptions):
+    from geopilot.tools.lae_dino import LaeDinoBackend
+
+    return LaeDinoBackend.from_weights(str(weights), device=device, **options.model)
+
+
+def _load_segearth_ov(weights: Path, device: str, options: SegmenterOptions):
+    from geopilot.tools.segearth_ov import SegEarthOVBackend
+
+    return SegEarthOVBackend.from_weights(str(weights), device=device, **options.model)
+
+
+def _load_spa_gan(weights: Path, device: str, options: SpaGanOptions):
+    from geopilot.tools.spa_gan import SpaGanBackend
+
+    return SpaGanBackend.from_weights(weights, device=device, half=options.half, tile_size=options.tile_size)
+
+
+def _model_options(options) -> str:
+    return json.dumps(options.model, sort_keys=True, default=str)
+
+
+# backend name -> what it serves and how it is built. RemoteSAM, SAM-Road and DenoDet come in a later issue.
+BACKENDS: dict[str, BackendSpec] = {
+    "lae_dino": BackendSpec(
+        tasks=frozenset({"detect_objects", "detect_all", "ground", "sar_detect_all", "sar_ground"}),
+        options_model=DetectorOptions,
+        load=_load_lae_dino,
+        adapt=lambda model, options, artifacts_dir: DetectorAdapter(model, options),
+        load_key=_model_options,
+    ),
+    "segearth_ov": BackendSpec(
+        tasks=frozenset({"segment_semantic"}),
+        options_model=SegmenterOptions,
+        load=_load_segearth_ov,
+        adapt=lambda model, options, artifacts_dir: SegmenterAdapter(model),
+        load_key=_model_options,
+    ),
+    "spa_gan": BackendSpec(
+        tasks=frozenset({"remove_clouds"}),
+        options_model=SpaGanOptions,
+        load=_load_spa_gan,
+        adapt=lambda model, options, artifacts_dir: CloudRemovalAdapter(model, artifacts_dir),
+        load_key=lambda options: f"{options.variant}/{options.half}/{options.tile_size}",
+        weights_file=lambda options: f"{options.variant}/{CHECKPOINT_NAME}",
+    ),
+    "remotesam": BackendSpec(
+        frozenset({"ground", "segment_instances", "segment_referring", "segment_semantic"}), NoOptions, None, None
+    ),
+    "sam_road": BackendSpec(frozenset({"extract_roads"}), NoOptions, None, None),
+    "denodet": BackendSpec(frozenset({"sar_detect_all"}), NoOptions, None, None),
+}
+
+
+def load_tools_config(config_path: str | Path | None = None, overrides: list[str] | None = None) -> ToolsConfig:
+    return load_config(ToolsConfig, config_path if config_path is not None else DEFAULT_CONFIG, overrides)
+
+
+def backend_options(name: str, binding: ToolBinding) -> StrictConfig:
+    try:
+        return BACKENDS[binding.backend].options_model.model_validate(binding.options)
+    except ValidationError as err:
+        raise ConfigError(describe_validation_error(err, f"tools.{name}.options")) from None
+
+
+def weights_path(binding: ToolBinding, options: StrictConfig) -> Path:
+    """Where this binding's weights are (raises WeightsError saying where to put them)."""
+    spec = BACKENDS[binding.backend]
+    return resolve_weights(binding.weights_name or binding.backend, binding.weights, spec.weights_file(options))
+
+
+def binding_status(binding: ToolBinding) -> str:
+    """`ready`, `weights missing: ...` or `backend not available yet`, for `geopilot tools list`."""
+    if BACKENDS[binding.backend].load is None:
+        return "backend not available yet"
+    try:
+        weights_path(binding, BACKENDS[binding.backend].options_model.model_validate(binding.options))
+    except GeoPilotInputError as err:
+        return f"weights missing ({err})"
+    return "ready"
+
+
+def _artifacts_dir(config: ToolsConfig) -> Path:
+    return Path(config.artifacts_dir) if config.artifacts_dir else Path(tempfile.gettempdir()) / "geopilot-artifacts"
+
+
+def build_registry(
+    config_path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    annotations: AnnotationRecord | None = None,
+    *,
+    config: ToolsConfig | None = None,
+    annotations_root: str | Path | None = None,
+) -> ToolRegistry:
+    """The ten task-level tools as a ToolRegistry. With `annotations`, every tool answers from that record."""
+    config = config if config is not None else load_tools_config(config_path, overrides)
+    if annotations is not None:
+        from geopilot.tools.annotations import AnnotationBackend
+
+        truth = AnnotationBackend(annotations, root=annotations_root)
+        return ToolRegistry(
+            [TaskTool(spec, truth, "annotations", config.max_pixels) for spec in TASKS], config.timeout_s
+        )
+
+    models: dict[tuple, LazyModel] = {}  # one model in memory per (backend, weights, load options)
+    tools = []
+    for spec in TASKS:
+        binding = config.tools[spec.name]
+        tools.append(
+            TaskTool(
+                spec,
+                _backend(binding, backend_options(spec.name, binding), config, models),
+                binding.backend,
+                config.max_pixels,
+            )
+        )
+    return ToolRegistry(tools, config.timeout_s)
+
+
+def _backend(
+    binding: ToolBinding, options: StrictConfig, config: ToolsConfig, models: dict[tuple, LazyModel]
+) -> Backend:
+    spec = BACKENDS[binding.backend]
+    if spec.load is None or spec.adapt is None:
+        return UnavailableBackend(binding.backend)
+    key = (binding.backend, binding.weights, binding.weights_name, spec.load_key(options))
+    if key not in models:
+        models[key] = LazyModel(
+            binding.backend, lambda: spec.load(weights_path(binding, options), str(pick_device(config.device)), options)
+        )
+    artifacts_dir = _artifacts_dir(config)
+    return LazyBackend(models[key], lambda model: spec.adapt(model, options, artifacts_dir))

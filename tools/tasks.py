@@ -1,0 +1,241 @@
+"""The ten task-level tools the model emits (DESIGN §4): input models, descriptions, and the Tool that runs them.
+
+A `TaskTool` is a `geopilot.tool_protocol.Tool`: it checks the image size, asks its backend (loaded on first use)
+for the canonical output, and adds GeoJSON in map coordinates when the image is georeferenced. Which backend
+serves which tool is configuration (`configs/tools.yaml`, built by `geopilot.tools.registry.build_registry`).
+A backend is anything with `run(tool_name, image, params) -> ToolOutput`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from geopilot.errors import GeoPilotInputError, ImageInputError
+from geopilot.image import LoadedImage
+from geopilot.tool_output import ToolOutput
+from geopilot.tool_protocol import Modality
+from geopilot.tools.geo import to_geojson
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
+Expression = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
+MAX_CATEGORIES = 60  # LAE-DINO's dynamic vocabulary size in training (DVC)
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Drop repeats (case-insensitive), keeping the first spelling and the order."""
+    seen: dict[str, str] = {}
+    for name in names:
+        seen.setdefault(name.lower(), name)
+    return list(seen.values())
+
+
+Names = Annotated[list[Name], Field(min_length=1, max_length=MAX_CATEGORIES), AfterValidator(_unique)]
+Threshold = Annotated[
+    float | None, Field(ge=0.0, le=1.0, description="minimum score to keep; backend default if omitted")
+]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DetectObjectsParams(_Params):
+    categories: Names = Field(description="object categories to find, e.g. ['plane', 'storage tank']")
+    score_threshold: Threshold = None
+
+
+class DetectAllParams(_Params):
+    score_threshold: Threshold = None
+
+
+class GroundParams(_Params):
+    expression: Expression = Field(description="a referring expression, e.g. 'the largest ship near the dock'")
+
+
+class SegmentSemanticParams(_Params):
+    classes: Names = Field(description="land-cover classes to segment, e.g. ['water', 'building', 'tree']")
+
+
+class SegmentInstancesParams(_Params):
+    categories: Names = Field(description="object categories to segment instance by instance")
+    score_threshold: Threshold = None
+
+
+class SegmentReferringParams(_Params):
+    expression: Expression = Field(description="a referring expression naming the region or object to segment")
+
+
+class NoParams(_Params):
+    pass
+
+
+class SarDetectAllParams(_Params):
+    score_threshold: Threshold = None
+
+
+class SarGroundParams(_Params):
+    expression: Expression = Field(description="a referring expression for an object in the SAR image")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    description: str
+    modality: Modality
+    params_model: type[BaseModel]
+
+
+# The ten task-level tools, in DESIGN §4 order. Names and params are what the model is trained to emit.
+TASKS: list[TaskSpec] = [
+    TaskSpec(
+        "detect_objects",
+        "Detect objects of the given categories; returns labelled boxes.",
+        "optical",
+        DetectObjectsParams,
+    ),
+    TaskSpec(
+        "detect_all",
+        "Detect every object of a fixed remote-sensing vocabulary; returns labelled boxes.",
+        "optical",
+        DetectAllParams,
+    ),
+    TaskSpec(
+        "ground", "Locate the object(s) a referring expression describes; returns their boxes.", "optical", GroundParams
+    ),
+    TaskSpec(
+        "segment_semantic",
+        "Segment the image into the given land-cover classes; returns the area fraction of each class.",
+        "optical",
+        SegmentSemanticParams,
+    ),
+    TaskSpec(
+        "segment_instances",
+        "Segment each object of the given categories; returns boxes, areas and masks.",
+        "optical",
+        SegmentInstancesParams,
+    ),
+    TaskSpec(
+        "segment_referring",
+        "Segment the region a referring expression describes; returns its box, area and mask.",
+        "optical",
+        SegmentReferringParams,
+    ),
+    TaskSpec(
+        "extract_roads", "Extract the road network; returns a graph of road nodes and edges.", "optical", NoParams
+    ),
+    TaskSpec(
+        "remove_clouds",
+        "Remove clouds and haze from an optical image; returns the restored image.",
+        "optical",
+        NoParams,
+    ),
+    TaskSpec(
+        "sar_detect_all",
+        "Detect ships, aircraft, cars, tanks, bridges and harbors in a SAR image.",
+        "sar",
+        SarDetectAllParams,
+    ),
+    TaskSpec(
+        "sar_ground",
+        "Locate the object a referring expression describes in a SAR image; returns its box.",
+        "sar",
+        SarGroundParams,
+    ),
+]
+TASKS_BY_NAME: dict[str, TaskSpec] = {spec.name: spec for spec in TASKS}
+
+
+class Backend(Protocol):
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput: ...
+
+
+class BackendUnavailableError(GeoPilotInputError):
+    """A tool bound to a backend that this release does not implement yet (rebind it in the tools config)."""
+
+
+class UnavailableBackend:
+    def __init__(self, name: str):
+        self.name = name
+
+    def error(self, tool: str) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            f"backend {self.name!r} is not available yet; bind {tool!r} to another backend in configs/tools.yaml"
+        )
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        raise self.error(tool)
+
+
+class LazyModel:
+    """A model loaded on first use (weights are read then, not when the registry is built), once, thread-safely.
+
+    Tools bound to the same backend, weights and model options share one LazyModel (detect_objects and
+    detect_all use one LAE-DINO in memory)."""
+
+    def __init__(self, name: str, load: Callable[[], Any]):
+        self.name = name
+        self._load = load
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                self._model = self._load()
+            return self._model
+
+
+class LazyBackend:
+    """A backend for one tool: its adapter is built around the shared model when the tool is first called."""
+
+    def __init__(self, model: LazyModel, adapt: Callable[[Any], Backend]):
+        self.model, self._adapt = model, adapt
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Backend:
+        model = self.model.get()
+        with self._lock:
+            if self._backend is None:
+                self._backend = self._adapt(model)
+            return self._backend
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        return self.get().run(tool, image, params)
+
+
+class TaskTool:
+    """One task-level tool bound to one backend."""
+
+    def __init__(self, spec: TaskSpec, backend: Backend, backend_name: str, max_pixels: int):
+        self.spec = spec
+        self.name, self.description = spec.name, spec.description
+        self.modality, self.params_model = spec.modality, spec.params_model
+        self.backend, self.backend_name, self.max_pixels = backend, backend_name, max_pixels
+
+    def prepare(self) -> None:
+        """Load the backend now (the CLI does this so missing weights are reported before anything runs)."""
+        if isinstance(self.backend, LazyBackend):
+            self.backend.get()
+        if isinstance(self.backend, UnavailableBackend):
+            raise self.backend.error(self.name)
+
+    def run(self, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        width, height = image.image.size
+        if width * height > self.max_pixels:
+            raise ImageInputError(
+                f"image of {width}x{height} = {width * height:,} pixels exceeds the tools limit of {self.max_pixels:,}"
+            )
+        output = self.backend.run(self.name, image, params)
+        if image.georef is not None and (output.detections or output.roads is not None):
+            output = output.model_copy(update={"geojson": to_geojson(output, image.georef, self.name)})
+        return output

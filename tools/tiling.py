@@ -1,0 +1,168 @@
+"""Tiled inference for large scenes: run a detector on overlapping tiles, merge the boxes so each object counts once.
+
+Rule: tiles of `tile` px overlap by `overlap` px, so every object no larger than `overlap` lies whole inside some
+tile. A detection that touches a tile edge inside the scene is marked *cut*; when boxes are merged (per label,
+best first, non-cut before cut) a box is dropped if it overlaps a kept one by IoU >= `iou_threshold`, or if it is
+cut and lies mostly (>= `containment`) inside a kept box: the fragments a border produces. Objects larger than
+the overlap are cut in every tile; their remaining pieces (cut, from different tiles, overlapping each other) are
+joined into one box. Masks do not cross tiles and are dropped; rotated polygons are carried over (joined pieces
+keep only the union box).
+
+    merged = detect_tiled(backend.detect_fn, pil_image, tile=1024, overlap=256)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+
+from geopilot.tool_output import Detection
+from geopilot.tools.canonical import pixel_box, unit_polygon
+
+Detector = Callable[[Image.Image], list[Detection]]  # boxes normalised to the image it is given
+EDGE_TOLERANCE_PX = 1.0
+
+
+def tile_starts(length: int, tile: int, overlap: int) -> list[int]:
+    """Start offsets along one axis: stride tile - overlap, the last tile flush with the end."""
+    if length <= tile:
+        return [0]
+    stride = tile - overlap
+    starts = list(range(0, length - tile, stride))
+    return starts + [length - tile]
+
+
+def tile_windows(width: int, height: int, tile: int, overlap: int) -> list[tuple[int, int, int, int]]:
+    if not 0 <= overlap < tile:
+        raise ValueError(f"tile overlap must be in [0, tile) = [0, {tile}), got {overlap}")
+    return [
+        (x0, y0, min(x0 + tile, width), min(y0 + tile, height))
+        for y0 in tile_starts(height, tile, overlap)
+        for x0 in tile_starts(width, tile, overlap)
+    ]
+
+
+def overlaps(boxes: torch.Tensor, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """IoU of `box` (4,) with each of `boxes` (N, 4), and the fraction of `box` that lies inside each of them."""
+    lt = torch.maximum(boxes[:, :2], box[:2])
+    rb = torch.minimum(boxes[:, 2:], box[2:])
+    inter = (rb - lt).clamp(min=0).prod(dim=1)
+    areas = (boxes[:, 2:] - boxes[:, :2]).clamp(min=0).prod(dim=1)
+    area = (box[2:] - box[:2]).clamp(min=0).prod()
+    return inter / (areas + area - inter).clamp(min=1e-12), inter / area.clamp(min=1e-12)
+
+
+def merge_detections(
+    boxes: torch.Tensor, scores: torch.Tensor, cut: torch.Tensor, iou_threshold: float, containment: float
+) -> list[int]:
+    """Greedy NMS over one label's boxes, plus suppression of cut fragments; returns kept indices."""
+    # Whole boxes before cut ones, then by score, then larger first: a fragment never outranks its object.
+    areas = (boxes[:, 2:] - boxes[:, :2]).prod(dim=1)
+    order = sorted(range(len(boxes)), key=lambda i: (bool(cut[i]), -float(scores[i]), -float(areas[i])))
+    kept: list[int] = []
+    for i in order:
+        if kept:
+            iou, inside = overlaps(boxes[kept], boxes[i])
+            if bool((iou >= iou_threshold).any()) or (bool(cut[i]) and bool((inside >= containment).any())):
+                continue
+        kept.append(i)
+    return kept
+
+
+def join_fragments(boxes: torch.Tensor, tiles: list[int], candidates: list[int]) -> list[list[int]]:
+    """Groups of cut boxes from different tiles that overlap each other: pieces of one object too big for the
+    overlap. Union-find over `candidates`; every other index is its own group."""
+    parent = {i: i for i in candidates}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a_pos, a in enumerate(candidates):
+        for b in candidates[a_pos + 1 :]:
+            if tiles[a] != tiles[b] and float(overlaps(boxes[a : a + 1], boxes[b])[0][0]) > 0.0:
+                parent[root(b)] = root(a)
+    groups: dict[int, list[int]] = {}
+    for i in candidates:
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class _TileDetection:
+    detection: Detection
+    pixels: tuple[float, float, float, float]  # scene pixel box
+    cut: bool  # touches an edge of its tile that lies inside the scene
+    tile: int
+
+
+def _from_tile(det: Detection, window: tuple[int, int, int, int], size: tuple[int, int], tile: int) -> _TileDetection:
+    (x0, y0, x1, y1), (width, height) = window, size
+    tw, th = x1 - x0, y1 - y0
+    bx1, by1, bx2, by2 = det.box
+    pixels = (x0 + bx1 * tw, y0 + by1 * th, x0 + bx2 * tw, y0 + by2 * th)
+    cut = (
+        (x0 > 0 and bx1 * tw <= EDGE_TOLERANCE_PX)
+        or (y0 > 0 and by1 * th <= EDGE_TOLERANCE_PX)
+        or (x1 < width and bx2 * tw >= tw - EDGE_TOLERANCE_PX)
+        or (y1 < height and by2 * th >= th - EDGE_TOLERANCE_PX)
+    )
+    polygon = (
+        unit_polygon([((x0 + x * tw) / width, (y0 + y * th) / height) for x, y in det.polygon]) if det.polygon else None
+    )
+    moved = Detection(label=det.label, box=pixel_box(pixels, width, height), score=det.score, polygon=polygon)
+    return _TileDetection(moved, pixels, cut, tile)
+
+
+def _score(det: Detection) -> float:
+    return det.score if det.score is not None else 1.0
+
+
+def _merge_label(group: list[_TileDetection], size: tuple[int, int], iou_threshold: float, containment: float):
+    boxes = torch.tensor([g.pixels for g in group], dtype=torch.float64)
+    scores = torch.tensor([_score(g.detection) for g in group], dtype=torch.float64)
+    cuts = torch.tensor([g.cut for g in group])
+    kept = merge_detections(boxes, scores, cuts, iou_threshold, containment)
+    whole = [[i] for i in kept if not group[i].cut]
+    pieces = join_fragments(boxes, [g.tile for g in group], [i for i in kept if group[i].cut])
+    merged = []
+    for members in whole + pieces:
+        if len(members) == 1:
+            merged.append(group[members[0]].detection)
+            continue
+        union = boxes[members]
+        x1, y1 = union[:, 0].min().item(), union[:, 1].min().item()
+        x2, y2 = union[:, 2].max().item(), union[:, 3].max().item()
+        best = max((group[i].detection for i in members), key=_score)
+        merged.append(Detection(label=best.label, box=pixel_box((x1, y1, x2, y2), *size), score=best.score))
+    return merged
+
+
+def detect_tiled(
+    detect: Detector,
+    image: Image.Image,
+    tile: int = 1024,
+    overlap: int = 256,
+    iou_threshold: float = 0.5,
+    containment: float = 0.7,
+) -> list[Detection]:
+    """Detections over the whole image, in its normalised coordinates. Small images go through in one piece."""
+    width, height = image.size
+    if width <= tile and height <= tile:
+        return detect(image)
+    found = [
+        _from_tile(det, window, image.size, index)
+        for index, window in enumerate(tile_windows(width, height, tile, overlap))
+        for det in detect(image.crop(window))
+    ]
+    merged: list[Detection] = []
+    for label in dict.fromkeys(f.detection.label for f in found):
+        group = [f for f in found if f.detection.label == label]
+        merged.extend(_merge_label(group, image.size, iou_threshold, containment))
+    merged.sort(key=lambda d: -_score(d))
+    return merged

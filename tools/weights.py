@@ -1,0 +1,149 @@
+"""Local-only weights: find a checkpoint, read it without running pickled code, load it strictly.
+
+Resolution order (never a hub download): the explicit path from `configs/tools.yaml`, then
+`$GEOPILOT_WEIGHTS_DIR/<backend>/[<file>]`, else `WeightsError("weights not found: put X at Y")`.
+Reading: `.safetensors` through safetensors, anything else through `torch.load(weights_only=True)`, which refuses
+pickles that would call code. Loading: keys are remapped, then compared with the module's own keys; any missing,
+unexpected or mis-shaped key is listed in the error, and `load_state_dict(strict=True)` does the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from geopilot.errors import WeightsError
+
+WEIGHTS_DIR_ENV = "GEOPILOT_WEIGHTS_DIR"
+CONTAINER_KEYS = ("state_dict", "model", "module")  # Lightning/mmengine, RemoteSAM, DeepSpeed wrappers
+SHOWN_KEYS = 12  # how many offending keys an error lists before "... and N more"
+
+
+def weights_root() -> Path | None:
+    root = os.environ.get(WEIGHTS_DIR_ENV)
+    return Path(root).expanduser() if root else None
+
+
+def resolve_weights(backend: str, explicit: str | Path | None = None, filename: str | None = None) -> Path:
+    """The local path of a backend's weights (a file when `filename` is given, else the backend's folder)."""
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if path.is_dir() and filename is not None and (path / filename).is_file():
+            return path / filename
+        if path.exists():
+            return path
+        raise WeightsError(
+            f"weights not found: {path} does not exist (fix `weights:` for {backend!r} in the tools config)"
+        )
+    root = weights_root()
+    relative = Path(backend) / filename if filename else Path(backend)
+    if root is None:
+        raise WeightsError(
+            f"weights not found: put {relative} under the folder ${WEIGHTS_DIR_ENV} names (it is unset), "
+            f"or set `weights:` for {backend!r} in the tools config"
+        )
+    path = root / relative
+    if not path.exists():
+        raise WeightsError(f"weights not found: put {relative} at {path}")
+    return path
+
+
+def _describe(keys: list[str]) -> str:
+    shown = ", ".join(keys[:SHOWN_KEYS])
+    return shown + (f" ... and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else "")
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors of a checkpoint file, unwrapped from the usual containers; refuses pickled code."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights not found: {path} is not a file")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path), device="cpu")
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
+            raise WeightsError(f"{path}: not a readable safetensors file: {err}") from None
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeightsError(
+            f"{path}: refused: the checkpoint holds pickled objects beyond tensors (possibly code); "
+            f"only weights are loaded ({first_line})"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as err:
+        raise WeightsError(f"{path}: not a readable checkpoint: {err}") from None
+    while isinstance(data, Mapping):
+        inner = next((data[k] for k in CONTAINER_KEYS if isinstance(data.get(k), Mapping)), None)
+        if inner is None:
+            break
+        data = inner
+    if not isinstance(data, Mapping):
+        raise WeightsError(f"{path}: expected a state dict (a mapping of names to tensors), got {type(data).__name__}")
+    not_tensors = [str(k) for k, v in data.items() if not isinstance(v, torch.Tensor)]
+    if not_tensors:
+        raise WeightsError(f"{path}: entries that are not tensors: {_describe(not_tensors)}")
+    return dict(data)
+
+
+def remap_keys(state_dict: Mapping[str, torch.Tensor], remap: Callable[[str], str | None]) -> dict[str, torch.Tensor]:
+    """Rename every key with `remap`; a key mapped to None is dropped on purpose (e.g. training-only buffers)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        new = remap(key)
+        if new is None:
+            continue
+        if new in out:
+            raise WeightsError(f"key map sends two checkpoint keys to {new!r} (one of them is {key!r})")
+        out[new] = value
+    return out
+
+
+def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """`module.load_state_dict(strict=True)` with an error that lists every mismatch by name."""
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    mis_shaped = sorted(
+        f"{k} {tuple(state_dict[k].shape)} vs {tuple(expected[k].shape)}"
+        for k in set(expected) & set(state_dict)
+        if tuple(state_dict[k].shape) != tuple(expected[k].shape)
+    )
+    problems = []
+    if missing:
+        problems.append(f"missing keys ({len(missing)}): {_describe(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys ({len(unexpected)}): {_describe(unexpected)}")
+    if mis_shaped:
+        problems.append(f"shape mismatches ({len(mis_shaped)}): {_describe(mis_shaped)}")
+    if problems:
+        raise WeightsError(f"{source} does not match {type(module).__name__}: " + "; ".join(problems))
+    module.load_state_dict(state_dict, strict=True)
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """`auto` -> CUDA when present, else CPU; anything else is passed to torch.device (bad names are user errors)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError as err:
+        raise WeightsError(f"unknown device {device!r}: {err}") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise WeightsError(f"device {device!r} was asked for, but CUDA is not available here")
+    return chosen
+
+
+def place(module: nn.Module, device: torch.device, half_on_cuda: bool = True) -> nn.Module:
+    """Move to `device` in eval mode; fp16 on CUDA unless turned off (CPU stays fp32: fp16 conv is slow there)."""
+    module = module.to(device).eval()
+    if device.type == "cuda" and half_on_cuda:
+        module = module.half()
+    return module
