@@ -2,6 +2,7 @@
 
     python benchmarks/chat_latency.py                       # CPU, random mid-size model (hidden 1024, 8 layers)
     python benchmarks/chat_latency.py --device cuda --dtype bfloat16 --json
+    python benchmarks/chat_latency.py --answer-reasoning "" --answer-value "3 planes."   # a short answer turn
 
 The model is random (LLaVA-1.5 shape: 336 px / patch 14 = the real 576 image tokens; hidden 1024, 8 layers), so its
 token choices are fixed by a logits processor that forces a scripted plan and answer: every forward pass runs
@@ -191,12 +192,16 @@ def measure_once(model, processor, image) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global ANSWER  # the scripted answer of every measurement below (--answer-*)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--answer-reasoning", default=ANSWER.reasoning, help="the scripted answer turn's reasoning")
+    parser.add_argument("--answer-value", default=ANSWER.value, help="the scripted answer (its length sets the decode)")
     args = parser.parse_args(argv)
+    ANSWER = AssistantMessage(reasoning=args.answer_reasoning, value=args.answer_value)
     torch.manual_seed(0)
     model, processor = mid_size_model(args.dtype)
     model = model.to(args.device).eval()

@@ -198,6 +198,17 @@ def _build_from_clip_vicuna(cfg: ModelConfig):
     return model, build_processor(tokenizer, vision.config.image_size, vision.config.patch_size)
 
 
+def text_hidden_size(cfg: ModelConfig) -> int:
+    """The language model's hidden size, read from config files only (no weights), e.g. to size ZeRO buckets."""
+    from transformers import AutoConfig
+
+    if cfg.init == "tiny":
+        return cfg.tiny.text_hidden
+    if cfg.init == "llava_hf":
+        return AutoConfig.from_pretrained(_require_dir(cfg.llava_path, "llava_path")).text_config.hidden_size
+    return AutoConfig.from_pretrained(_require_dir(cfg.llm_path, "llm_path")).hidden_size
+
+
 BUILDERS = {"tiny": _build_tiny, "llava_hf": _build_from_llava_hf, "clip_vicuna": _build_from_clip_vicuna}
 
 

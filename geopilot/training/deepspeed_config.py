@@ -13,6 +13,7 @@ import difflib
 import inspect
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from geopilot.errors import ConfigError
@@ -60,6 +61,9 @@ EXTRA_TOP_LEVEL_KEYS = {
 }
 
 
+BUCKET_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+
+
 def known_top_level_keys() -> set[str]:
     from deepspeed.runtime import config as ds_config
     from deepspeed.runtime import constants
@@ -85,10 +89,25 @@ def read_deepspeed_json(path: str | Path) -> dict:
 
 
 def resolve_auto(
-    data: dict, micro_batch: int, grad_accum: int, global_batch: int, max_grad_norm: float, mixed_precision: str
+    data: dict,
+    micro_batch: int,
+    grad_accum: int,
+    global_batch: int,
+    max_grad_norm: float,
+    mixed_precision: str,
+    hidden_size: Callable[[], int] | None = None,
 ) -> dict:
-    """Replace "auto" with the values the training config fixes (the same keys the HF Trainer fills)."""
+    """Replace "auto" with the values the training config fixes (the same keys and rules as the HF Trainer).
+
+    The ZeRO bucket sizes scale with the model: `hidden_size()` is called only when one of them is "auto".
+    """
     resolved = copy.deepcopy(data)
+    zero = resolved.get("zero_optimization")
+    if hidden_size is not None and isinstance(zero, dict) and "auto" in (zero.get(k) for k in BUCKET_KEYS):
+        h = hidden_size()
+        sizes = {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h)}
+        sizes["stage3_param_persistence_threshold"] = 10 * h
+        zero.update({k: v for k, v in sizes.items() if zero.get(k) == "auto"})
     fills = {
         ("train_micro_batch_size_per_gpu",): micro_batch,
         ("gradient_accumulation_steps",): grad_accum,

@@ -68,6 +68,8 @@ def deepspeed_settings(cfg: TrainConfig, world_size: int) -> dict | None:
     """The resolved + validated DeepSpeed config, or None without DeepSpeed. Runs before any process group."""
     if not cfg.engine.deepspeed:
         return None
+    from geopilot.model import text_hidden_size
+
     raw = deepspeed_config.read_deepspeed_json(cfg.engine.deepspeed)
     resolved = deepspeed_config.resolve_auto(
         raw,
@@ -76,6 +78,7 @@ def deepspeed_settings(cfg: TrainConfig, world_size: int) -> dict | None:
         cfg.optim.global_batch_size,
         cfg.optim.max_grad_norm,
         cfg.optim.mixed_precision,
+        hidden_size=lambda: text_hidden_size(cfg.model),
     )
     deepspeed_config.validate(resolved, cfg.engine.deepspeed, world_size)
     if cfg.lora.enabled and deepspeed_config.zero_stage(resolved) == 3:
