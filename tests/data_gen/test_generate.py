@@ -220,3 +220,16 @@ def test_an_unusable_annotation_drops_only_its_sample(tmp_path):
     dropped = [m for m in meta if m["status"] == "dropped"]
     assert dropped[0]["id"] == "openearthmap/aachen_1/semantic_segmentation/0"
     assert "aachen_1_label.png" in dropped[0]["drop_detail"]
+
+
+@pytest.mark.parametrize("name", ["paper.yaml", "synth.yaml"])
+def test_shipped_configs_name_real_readers_and_abilities(name):
+    from geopilot.data_gen.abilities import ABILITIES
+    from geopilot.data_gen.readers import READERS
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "data_gen" / name
+    config = load_config(GenerateConfig, path).checked()
+    assert {s.reader for s in config.sources} <= set(READERS)
+    assert all(set(s.abilities or []) <= set(ABILITIES) for s in config.sources)
+    if name == "paper.yaml":  # the paper's Table 2: every reader is used
+        assert {s.reader for s in config.sources} == set(READERS)
