@@ -63,14 +63,14 @@ class TurnRecord(BaseModel):
 
 
 class ToolCallRecord(BaseModel):
+    """A `ToolResult` (its fields, error kinds included) and the tool round it ran in."""
+
     round: int
     tool: str
     params: dict[str, Any]
     output: ToolOutput | None = None
     error: str | None = None
-    error_kind: str | None = (
-        None  # unknown_tool | invalid_params | wrong_modality | timeout | tool_error | invalid_output
-    )
+    error_kind: str | None = None
     seconds: float = 0.0
 
 
@@ -214,19 +214,8 @@ class _Dialogue:
         results = [self._call(action) for action in plan.actions]
         self.messages.append(plan)
         for result in results:
-            self.tool_calls.append(
-                ToolCallRecord(
-                    round=self.rounds,
-                    tool=result.tool,
-                    params=result.params,
-                    output=result.output,
-                    error=result.error,
-                    error_kind=result.error_kind,
-                    seconds=result.seconds,
-                )
-            )
-            shown = result.output if result.output is not None else ToolOutput(message=f"error: {result.error}")
-            self.messages.append(ToolMessage(name=result.tool, content=shown))
+            self.tool_calls.append(ToolCallRecord(round=self.rounds, **vars(result)))
+            self.messages.append(ToolMessage(name=result.tool, content=result.for_formatter()[1]))
         if record.problems:
             self.unresolved = "; ".join(record.problems)
         self.next_kind = "answer"

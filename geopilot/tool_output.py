@@ -94,6 +94,7 @@ class ToolOutput(_Strict):
     artifacts: list[Artifact] = []
     geojson: dict | None = None  # FeatureCollection in map coordinates, when the input was georeferenced
     message: str | None = None
+    error: str | None = None  # the call failed (timeout, exception, invalid call): the model reads only this
 
 
 def _road_length(graph: RoadGraph) -> float:
@@ -106,6 +107,8 @@ def _road_length(graph: RoadGraph) -> float:
 
 def llm_view(output: ToolOutput) -> dict:
     """The part of a tool output the LLM reads: never masks, polygons, provenance or GeoJSON."""
+    if output.error is not None:  # so the model says the tool failed instead of inventing a result
+        return {"error": output.error}
     view: dict = {}
     if output.detections:
         view["count"] = len(output.detections)

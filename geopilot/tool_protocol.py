@@ -57,9 +57,9 @@ class ToolResult:
     def ok(self) -> bool:
         return self.error is None
 
-    def for_formatter(self) -> tuple[str, ToolOutput | str]:
-        """The (name, output-or-error) pair `geopilot.wire.format_tool_turn` takes."""
-        return (self.tool, self.output if self.output is not None else str(self.error))
+    def for_formatter(self) -> tuple[str, ToolOutput]:
+        """The (name, output) pair `geopilot.wire.format_tool_turn` takes; a failure is `ToolOutput(error=...)`."""
+        return (self.tool, self.output if self.output is not None else ToolOutput(error=str(self.error)))
 
 
 def describe_params_error(err: ValidationError) -> str:

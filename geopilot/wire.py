@@ -39,16 +39,13 @@ def question_text(user: UserMessage) -> str:
     return user.content.replace(IMAGE_PLACEHOLDER, "").strip()
 
 
-def format_tool_turn(results: list[tuple[str, ToolOutput | str]], question: str) -> str:
+def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str) -> str:
     """THE formatter: tool outputs -> the user turn the model answers from.
 
-    `results` holds (tool name, canonical output) pairs in call order; a string stands for a failed call and
-    is shown as `{"error": ...}` so the model can say the tool failed instead of inventing a result.
+    `results` holds (tool name, canonical output) pairs in call order; a failed call is a ToolOutput with
+    `error` set, shown as `{"error": ...}`.
     """
-    lines = []
-    for name, output in results:
-        shown = {"error": output} if isinstance(output, str) else llm_view(output)
-        lines.append(f"{name} output: {dumps(shown)}")
+    lines = [f"{name} output: {dumps(llm_view(output))}" for name, output in results]
     return "\n".join(lines) + f"\n\nAnswer my first question: {question}"
 
 

@@ -11,7 +11,7 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.render import user_turn_text
 from geopilot.sample import check_dialogue
 from geopilot.tool_output import Detection, ToolOutput
-from geopilot.wire import format_tool_turn
+from geopilot.wire import chat_turns, format_tool_turn
 
 from .conftest import answer, plan
 
@@ -122,6 +122,10 @@ def test_tool_exception_is_captured(make_pilot, image):
     call = result.tool_calls[0]
     assert call.error_kind == "tool_error" and "backend exploded" in call.error and call.output is None
     assert result.answer == "Cloud removal failed." and "backend exploded" in scripts.fed[0][0]
+    # the history re-renders the failed call exactly as the model read it live
+    [(_, tool_turn)] = [t for t in chat_turns(result.messages) if t[1].startswith("remove_clouds output:")]
+    assert _tool_turn([("remove_clouds", ToolOutput(error=call.error))]) == scripts.fed[0][0]
+    assert tool_turn == format_tool_turn([("remove_clouds", ToolOutput(error=call.error))], QUESTION)
 
 
 def test_no_tool_answer(make_pilot, image):

@@ -13,6 +13,7 @@ from geopilot.generation import AnswerExtractor, GenerationOptions, KVSession
 from geopilot.model import num_image_tokens
 from geopilot.render import render_turns, user_turn_text
 from geopilot.tokenizer import encode_text
+from geopilot.tool_output import ToolOutput
 from geopilot.wire import format_tool_turn
 
 ATOL = 1e-4
@@ -24,7 +25,8 @@ def _prompt(tokenizer, config, question: str) -> list[int]:
 
 def _tail(tokenizer, text: str) -> list[int]:
     return encode_text(
-        tokenizer, user_turn_text(format_tool_turn([("detect_objects", text)], "How many?"), first=False)
+        tokenizer,
+        user_turn_text(format_tool_turn([("detect_objects", ToolOutput(error=text))], "How many?"), first=False),
     )
 
 

@@ -11,18 +11,16 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-def shared_weights_root() -> Path | None:
+def weights_candidate() -> Path:
     """$GEOPILOT_WEIGHTS_DIR if set, else <repo>/../shared/weights (where CI keeps the real checkpoints)."""
     root = os.environ.get("GEOPILOT_WEIGHTS_DIR")
-    candidate = Path(root) if root else REPO.parent / "shared" / "weights"
-    return candidate if candidate.is_dir() else None
+    return Path(root) if root else REPO.parent / "shared" / "weights"
 
 
 def spa_gan_checkpoint(variant: str = "RICE1") -> Path:
-    root = shared_weights_root()
-    path = root / "spa_gan" / variant / "gen_model_epoch_200.pth" if root else None
-    if path is None or not path.is_file():
-        pytest.skip(f"real SpA-GAN weights absent (looked for spa_gan/{variant}/gen_model_epoch_200.pth under {root})")
+    path = weights_candidate() / "spa_gan" / variant / "gen_model_epoch_200.pth"
+    if not path.is_file():
+        pytest.skip(f"real SpA-GAN weights absent: {path} not found (set GEOPILOT_WEIGHTS_DIR)")
     return path
 
 
@@ -30,6 +28,6 @@ def spa_gan_checkpoint(variant: str = "RICE1") -> Path:
 def weights_root(monkeypatch) -> Path:
     """The shared weights folder, exported as $GEOPILOT_WEIGHTS_DIR (skips when absent)."""
     spa_gan_checkpoint()
-    root = shared_weights_root()
+    root = weights_candidate()
     monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(root))
     return root

@@ -19,7 +19,7 @@ from geopilot.tool_output import ToolOutput
 from geopilot.tools.mcp_server import build_server
 from geopilot.tools.registry import build_registry
 
-from .conftest import FIXTURES, REPO, shared_weights_root, spa_gan_checkpoint
+from .conftest import FIXTURES, REPO, spa_gan_checkpoint, weights_candidate
 
 TIMEOUT_S = 120
 
@@ -103,7 +103,7 @@ def test_in_process_list_call_and_errors(tmp_path):
 
 def test_stdio_subprocess_lists_tools_runs_spa_gan_and_reports_errors():
     spa_gan_checkpoint()  # skips without the real weights
-    env = {**os.environ, "GEOPILOT_WEIGHTS_DIR": str(shared_weights_root())}
+    env = {**os.environ, "GEOPILOT_WEIGHTS_DIR": str(weights_candidate())}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "geopilot.cli", "mcp", "--transport", "stdio", "--set", "device=cpu"],
