@@ -7,6 +7,11 @@
 Reads top to bottom: config -> engine -> model -> data -> resume -> loop -> export. Re-running the same command
 after a crash continues from the latest complete checkpoint with the same samples in the same order.
 Exit codes: 0 done, 2 bad input (config, data, checkpoint; one line on stderr), 1 anything else.
+
+From Python, `main(argv, on_step=callback)` calls `callback(step, event)` during the run: event "checkpoint" on the
+main process half-way through writing that step's checkpoint (files saved, not yet committed), event "step" on every
+process once the optimizer step and any checkpoint of it are complete. The resume tests kill the process from it,
+as a pre-emption would; it is not part of the config.
 """
 
 from __future__ import annotations
@@ -15,15 +20,19 @@ import argparse
 import hashlib
 import json
 import logging
-import os
-import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
+from geopilot.config import add_override_arguments, parse_command_line
 from geopilot.errors import GeoPilotInputError
 from geopilot.training.config import TrainConfig, load_train_config
 
 log = logging.getLogger("geopilot.train")
+
+StepEvent = Literal["checkpoint", "step"]
+StepCallback = Callable[[int, StepEvent], None]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,20 +40,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--config", required=True, help="training YAML (configs/stage1.yaml, configs/tiny/stage1.yaml, ...)"
     )
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.max_steps=10 data.alpha=0.5")
-    return parser.parse_args(argv)
+    add_override_arguments(parser, "optim.max_steps=10 data.alpha=0.5")
+    return parse_command_line(parser, argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> int:
     args = parse_args(argv)
     try:
-        return train(load_train_config(args.config, args.overrides))
+        return train(load_train_config(args.config, args.overrides), on_step)
     except GeoPilotInputError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
         return 2
 
 
-def train(cfg: TrainConfig) -> int:
+def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     import torch
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
@@ -137,9 +146,6 @@ def train(cfg: TrainConfig) -> int:
             "data": data.report(),
         }
 
-    def crash_in_checkpoint() -> None:
-        _crash_once(out / f".debug-crashed-in-checkpoint-{step}")
-
     # --- the loop: one optimizer step per `grad_accum` micro-batches per process
     pixel_dtype = next(accelerator.unwrap_model(model).parameters()).dtype
     progress = tqdm(
@@ -181,10 +187,10 @@ def train(cfg: TrainConfig) -> int:
                         {"train/loss": last_loss, "train/lr": lr, "train/epoch": step / plan.steps_per_epoch}, step=step
                     )
             if step % cfg.checkpoint.save_steps == 0 or step == plan.total_steps:
-                hook = crash_in_checkpoint if cfg.debug.crash_in_checkpoint_at_step == step else None
+                hook = None if on_step is None else lambda at=step: on_step(at, "checkpoint")
                 store.save(accelerator, checkpoint_state(step), cfg.checkpoint.keep_last, before_commit=hook)
-            if cfg.debug.crash_at_step == step:
-                _crash_once(out / f".debug-crashed-at-{step}.rank{accelerator.process_index}")
+            if on_step is not None:
+                on_step(step, "step")
             if step >= plan.total_steps or step % plan.steps_per_epoch == 0:
                 break
     progress.close()
@@ -230,15 +236,6 @@ class SampleLog:
         if self.enabled:
             with self.path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"step": step, "epoch": epoch, "ids": ids}) + "\n")
-
-
-def _crash_once(marker: Path) -> None:
-    """debug.*: SIGKILL this process, as a pre-emption would, unless it already happened once (the marker), so
-    re-running the same command resumes instead of crashing again."""
-    if not marker.exists():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _check_same_run(state: dict, run: dict, path: Path) -> None:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from geopilot.data_gen.records import AnnotationRecord, Dialogue, ReferringExpression
+from geopilot.records import AnnotationRecord, Dialogue, ReferringExpression
 
 DIFFICULTIES = ("easy", "medium", "hard")
 GENERAL = "general_understanding"
@@ -27,7 +27,9 @@ class AbilitySpec:
     applies: Callable[[AnnotationRecord], bool]
 
 
-GENERIC_LABELS = {"object"}  # a reader's placeholder class (RiSBench has phrases, no class names): not a category
+# Readers' placeholder labels, not categories: RiSBench has phrases and no class names ("object"); GeoChat's boxes
+# that no phrase names ("region").
+GENERIC_LABELS = {"object", "region"}
 
 
 def _named(record: AnnotationRecord, with_mask: bool = False) -> list:
@@ -194,6 +196,14 @@ def plan_target(ability: str, record: AnnotationRecord, rng: random.Random) -> T
     elif tool == "extract_roads":
         facts["road_nodes"] = len(record.roads.nodes)
     return Target(tool=tool, params=params, difficulty=difficulty, facts=facts, record=record)
+
+
+def class_names(record: AnnotationRecord) -> list[str]:
+    """The class names a record's tool turns can carry: object labels (placeholders excluded) and semantic classes."""
+    names = [o.label for o in _named(record)]
+    if record.semantic is not None:
+        names += list(record.semantic.class_names.values())
+    return names
 
 
 def vocabulary(record: AnnotationRecord) -> set[str]:

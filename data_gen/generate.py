@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from PIL import Image
 from pydantic import Field
 
 from geopilot.config import StrictConfig
@@ -38,9 +39,8 @@ from geopilot.data_gen.abilities import (
     supports,
     vocabulary,
 )
-from geopilot.data_gen.journal import Journal, atomic_write, summary
-from geopilot.data_gen.llm import LLMBackend, LLMRequest, OpenAIBackend, PromptFile, load_prompts
-from geopilot.data_gen.records import AnnotationRecord, Dialogue
+from geopilot.data_gen.journal import Journal, summary
+from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
 from geopilot.data_gen.validate import (
     SEMANTIC,
     AnswerReply,
@@ -50,11 +50,14 @@ from geopilot.data_gen.validate import (
     check_plan,
     first_cause,
     parse_reply,
-    tool_registry,
 )
-from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.errors import ConfigError
+from geopilot.fileio import atomic_write
+from geopilot.image import LoadedImage
+from geopilot.records import AnnotationRecord, Dialogue
 from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, Sample, ToolMessage, UserMessage
 from geopilot.tool_output import llm_view
+from geopilot.tool_protocol import ToolRegistry
 from geopilot.wire import dumps, format_tool_turn
 
 # ---- config -----------------------------------------------------------------------------------------------------
@@ -68,7 +71,7 @@ class SourceConfig(StrictConfig):
     options: dict[str, Any] = {}  # keyword arguments of the reader, e.g. {split: train}
 
 
-class BackendConfig(StrictConfig):
+class LLMClientConfig(StrictConfig):
     kind: Literal["template", "openai"] = "template"
     url: str | None = None  # OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (kind: openai)
     model: str = "gemini-2.5-flash"
@@ -101,7 +104,7 @@ class GenerateConfig(StrictConfig):
     sources: list[SourceConfig] = Field(min_length=1)
     abilities: list[str] = Field(default_factory=lambda: list(ABILITIES))
     samples_per_record: int = Field(default=1, ge=1)  # tool samples per (record, ability)
-    backend: BackendConfig = BackendConfig()
+    backend: LLMClientConfig = LLMClientConfig()  # the LLM client (the key keeps its released name)
     seed: int = 0
     shard_size: int = Field(default=1000, ge=1)
     max_regenerations: int = Field(default=3, ge=0)  # per stage; then the sample is dropped with its reason
@@ -124,11 +127,11 @@ class GenerateConfig(StrictConfig):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_backend(config: BackendConfig, cache_dir: Path) -> LLMBackend:
+def build_llm_client(config: LLMClientConfig, cache_dir: Path) -> LLMClient:
     if config.kind == "template":
-        from geopilot.data_gen.templates import TemplateBackend
+        from geopilot.data_gen.templates import TemplateClient
 
-        return TemplateBackend()
+        return TemplateClient()
     api_key = None
     if config.api_key_env:
         api_key = os.environ.get(config.api_key_env)
@@ -136,7 +139,7 @@ def build_backend(config: BackendConfig, cache_dir: Path) -> LLMBackend:
             raise ConfigError(
                 f"backend.api_key_env names {config.api_key_env!r}, but that environment variable is not set"
             )
-    return OpenAIBackend(
+    return OpenAIClient(
         config.url,
         config.model,
         api_key=api_key,
@@ -259,17 +262,16 @@ class Dropped(Exception):
 
 class SampleGenerator:
     def __init__(
-        self, backend: LLMBackend, prompts: dict[str, PromptFile], seed: int, max_regenerations: int, out_dir: Path
+        self, llm: LLMClient, prompts: dict[str, PromptFile], seed: int, max_regenerations: int, out_dir: Path
     ):
-        self.backend, self.prompts, self.seed = backend, prompts, seed
+        self.llm, self.prompts, self.seed = llm, prompts, seed
         self.max_attempts = max_regenerations + 1
         self._out_abs = os.path.abspath(out_dir)  # sample images are stored relative to the shards' folder
-        self.registry = tool_registry()
 
     async def generate(self, job: Job) -> Outcome:
         meta = {
-            "backend": self.backend.name,
-            "model": self.backend.model,
+            "backend": self.llm.name,
+            "model": self.llm.model,
             "attempts": {},
             "regenerations": {},
             "first_pass": {},
@@ -300,7 +302,7 @@ class SampleGenerator:
             request = LLMRequest(
                 stage, messages, facts, derive_seed(self.seed, job.sample_id, stage, attempt), prompt.version
             )
-            text, info = await self.backend.complete(request)
+            text, info = await self.llm.complete(request)
             meta["attempts"][stage] = attempt + 1
             meta["cache_hits"] += int(info.cached)
             for cause, n in info.retries.items():
@@ -329,13 +331,19 @@ class SampleGenerator:
         meta["first_pass"][f"structural_{stage}"] = not (causes - set(SEMANTIC))
 
     # -- tool-augmented samples -------------------------------------------------------------------------------------
-    async def _tool_sample(self, job: Job, meta: dict) -> Sample:
-        from geopilot.tools.annotations import AnnotationBackend
+    def _registry(self, record: AnnotationRecord, root: Path) -> ToolRegistry:
+        """The ten tools answering from `record` (provenance "annotations"): the same `ToolRegistry` that serves
+        inference validates the plan's calls and runs the annotation's call."""
+        from geopilot.tools.registry import annotation_registry
 
+        return annotation_registry(record, root)
+
+    async def _tool_sample(self, job: Job, meta: dict) -> Sample:
         record = job.record
         rng = random.Random(derive_seed(self.seed, job.sample_id, "target"))
         target = plan_target(job.ability, record, rng)
-        tool = self.registry.get(target.tool)
+        registry = self._registry(target.record, job.root)
+        tool = registry.get(target.tool)
         facts = {
             "stage": "plan",
             "sample_id": job.sample_id,
@@ -358,13 +366,13 @@ class SampleGenerator:
             "ability": job.ability,
         }
         plan: PlanReply = await self._ask(
-            job, "plan", facts, values, lambda r: check_plan(r, target, record.modality, self.registry), meta
+            job, "plan", facts, values, lambda r: check_plan(r, target, record.modality, registry), meta
         )
         action = Action(tool=target.tool, params=target.params)  # the annotation's canonical spelling
-        try:
-            output = AnnotationBackend(target.record, root=job.root).call(target.tool, target.params)
-        except GeoPilotInputError as err:
-            raise Dropped("annotation_unusable", str(err)) from None
+        result = registry.call(action, self._image(job), record.modality)
+        if not result.ok:
+            raise Dropped("annotation_unusable", str(result.error))
+        output = result.output
         meta["tool_provenance"] = output.provenance
         query = " ".join(plan.query.replace(IMAGE_PLACEHOLDER, " ").split())  # the sample adds the one placeholder
         answer_facts = {
@@ -393,9 +401,25 @@ class SampleGenerator:
         ]
         return self._sample(job, target, messages)
 
-    def _sample(self, job: Job, target: Target | None, messages: list) -> Sample:
+    @staticmethod
+    def _image_path(job: Job) -> Path:
         image = Path(job.record.image)
-        image = image if image.is_absolute() else job.root / image
+        return image if image.is_absolute() else job.root / image
+
+    def _image(self, job: Job) -> LoadedImage:
+        """The record's image for the tool call, its header read and the file closed again: the annotation tools
+        read no pixels, only the size the registry checks against `max_pixels` (decoding a large scene per sample
+        would stall the event loop)."""
+        path = self._image_path(job)
+        try:
+            with Image.open(path) as header:
+                pass
+        except OSError as err:
+            raise Dropped("annotation_unusable", f"image {path} cannot be opened: {err}") from None
+        return LoadedImage(image=header, source_size=header.size)
+
+    def _sample(self, job: Job, target: Target | None, messages: list) -> Sample:
+        image = self._image_path(job)
         try:
             return Sample(
                 id=job.sample_id,
@@ -502,8 +526,8 @@ def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None
     shard_of = {job.sample_id: job.index // config.shard_size for job in plan.jobs}
     todo = [job for job in plan.jobs if job.sample_id not in entries]
     resumed = len(plan.jobs) - len(todo)
-    backend = build_backend(config.backend, out_dir / "llm_cache")
-    generator = SampleGenerator(backend, prompts, config.seed, config.max_regenerations, out_dir)
+    llm = build_llm_client(config.backend, out_dir / "llm_cache")
+    generator = SampleGenerator(llm, prompts, config.seed, config.max_regenerations, out_dir)
     new = 0
 
     async def on_done(outcome: Outcome) -> None:
@@ -517,9 +541,9 @@ def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None
 
     async def main() -> None:
         try:
-            await run_jobs(todo, generator, on_done, backend.concurrency)
+            await run_jobs(todo, generator, on_done, llm.concurrency)
         finally:
-            await backend.aclose()
+            await llm.aclose()
 
     start = time.perf_counter()
     try:
@@ -527,7 +551,7 @@ def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None
     finally:  # what finished is written out even when the endpoint went down
         seconds = time.perf_counter() - start
         journal.close()
-        manifest = write_shards(out_dir, config, plan, journal, prompts, backend)
+        manifest = write_shards(out_dir, config, plan, journal, prompts, llm)
         report = build_report(plan, entries, config, manifest, torn_lines=journal.torn_lines)
         write_report(out_dir, report)
     return RunResult(manifest, report, new, resumed, seconds)
@@ -547,7 +571,7 @@ def _check_same_run(out_dir: Path, config: GenerateConfig) -> None:
         atomic_write(run_file, json.dumps({"config_hash": digest, "config": config.model_dump(mode="json")}, indent=2))
 
 
-def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Journal, prompts: dict, backend) -> dict:
+def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Journal, prompts: dict, llm) -> dict:
     """Rebuild `shard-NNNNN.jsonl` (samples) and `provenance/shard-NNNNN.jsonl` (per-sample meta) in job order,
     one shard at a time from its journal; every kept sample is re-validated against the schema on the way."""
     (out_dir / "provenance").mkdir(exist_ok=True)
@@ -595,7 +619,7 @@ def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Jou
         "shards": shards,
         "config_hash": config.content_hash(),
         "config": config.model_dump(mode="json"),
-        "backend": {"kind": backend.name, "model": backend.model},
+        "backend": {"kind": llm.name, "model": llm.model},
         "prompt_versions": {name: p.version for name, p in prompts.items()},
         "tool_outputs": "ground truth via the annotation-backed backend (geopilot.tools.annotations), provenance 'annotations'",
     }

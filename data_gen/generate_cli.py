@@ -12,15 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-from geopilot.config import load_config
+from geopilot.config import add_override_arguments, load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, type=Path, help="YAML config (see configs/data_gen/)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (reuse it to resume)")
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. backend.concurrency=32"
-    )
+    add_override_arguments(parser, "backend.concurrency=32")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 

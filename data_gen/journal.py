@@ -14,15 +14,6 @@ import os
 from pathlib import Path
 
 
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 class Journal:
     def __init__(self, directory: Path):
         self.directory = Path(directory)

@@ -1,14 +1,14 @@
-"""LLM backends for trace generation behind one small interface: `await backend.complete(request) -> (text, CallInfo)`.
+"""LLM clients for trace generation behind one small interface: `await client.complete(request) -> (text, CallInfo)`.
 
-- `OpenAIBackend`: any OpenAI-compatible `/v1/chat/completions` endpoint (Gemini, vLLM, FastChat) over aiohttp,
+- `OpenAIClient`: any OpenAI-compatible `/v1/chat/completions` endpoint (Gemini, vLLM, FastChat) over aiohttp,
   with bounded concurrency (an asyncio semaphore), retries with exponential backoff + jitter on 429 / 5xx /
   timeouts / refused connections (Retry-After respected), and an on-disk response cache keyed by
   (model, prompt hash, params). After the last retry it raises `EndpointUnavailable` with a clear message.
-- `geopilot.data_gen.templates.TemplateBackend`: the offline backend (no LLM at all), same interface.
+- `geopilot.data_gen.templates.TemplateClient`: the offline client (no LLM at all), same interface.
 
 Prompts are files in `data_gen/prompts/`, versioned by the hash of their content (recorded in every sample's
 provenance and in the manifest). Every request carries the structured facts its prompt was rendered from, so
-the template backend (and a loopback test server) can answer the same request without an LLM.
+the template client (and a loopback test server) can answer the same request without an LLM.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import asyncio
 import email.utils
 import hashlib
 import json
-import os
 import random
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ from string import Template
 from typing import Protocol
 
 from geopilot.errors import ConfigError, GeoPilotError
+from geopilot.fileio import atomic_write
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 PROMPT_NAMES = ("plan", "answer", "reasoning", "caption_dialogue")
@@ -88,7 +88,7 @@ class CallInfo:
     seconds: float = 0.0
 
 
-class LLMBackend(Protocol):
+class LLMClient(Protocol):
     name: str  # "template" | "openai"
     model: str
     concurrency: int
@@ -145,12 +145,10 @@ class ResponseCache:
     def put(self, key: str, content: str) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"content": content}), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps({"content": content}))
 
 
-class OpenAIBackend:
+class OpenAIClient:
     """An OpenAI-compatible chat endpoint. `url` is the API base (e.g. `http://127.0.0.1:8000/v1`).
 
     The client is aiohttp: at 32 requests in flight httpx 0.28 spent 9-10 s of CPU in its connection pool for 256

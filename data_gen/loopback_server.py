@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from geopilot.data_gen.llm import facts_from_messages
-from geopilot.data_gen.templates import TemplateBackend
+from geopilot.data_gen.templates import TemplateClient
 
 BAD_BOX = " The main object is at [0.2, 0.3, 1.4, 0.5]."
 
@@ -52,7 +52,7 @@ class LoopbackLLM:
         self.latency_s, self.faults, self.port = latency_s, faults or Faults(), port
         self.served: Counter = Counter()
         self._seen: set[str] = set()
-        self._templates = TemplateBackend()
+        self._templates = TemplateClient()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()

@@ -2,7 +2,8 @@
 
 Per-source and per-ability counts in the layout of Table 2, the optical/SAR split, the regeneration rate by
 cause (paper §2.3.4: "approximately 1.2% of samples required at least one regeneration"), first-pass validity per
-semantic dimension, drops by reason, HTTP retries by cause, and reader / generator skips by cause.
+semantic dimension, drops by reason, HTTP retries by cause, reader / generator skips by cause, and the class names
+in no vocabulary (`geopilot.vocabulary`): readers keep such names verbatim, and this report counts them per source.
 """
 
 from __future__ import annotations
@@ -11,15 +12,29 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from geopilot.data_gen.abilities import ABILITIES
-from geopilot.data_gen.journal import atomic_write
+from geopilot.data_gen.abilities import ABILITIES, GENERAL, class_names
 from geopilot.data_gen.validate import SEMANTIC
+from geopilot.fileio import atomic_write
+from geopilot.vocabulary import is_known_class
 
 MODALITY_TITLES = {"optical": "Optical Imagery Tasks", "sar": "SAR Tasks"}
 
 
 def _pct(part: int, whole: int) -> float:
     return round(100.0 * part / whole, 2) if whole else 0.0
+
+
+def unknown_class_names(plan) -> dict[str, dict[str, int]]:
+    """Per source: class names (objects, semantic classes) on the planned records that no vocabulary knows, with
+    how often each occurs. Records planned only for tool-free dialogues are left out (their labels are phrases)."""
+    records = {}
+    for job in plan.jobs:
+        if job.ability != GENERAL:
+            records[(job.record.source, job.record.record_id)] = job.record
+    found: dict[str, Counter] = defaultdict(Counter)
+    for (source, _), record in sorted(records.items()):
+        found[source].update(name for name in class_names(record) if not is_known_class(name))
+    return {source: dict(counts.most_common()) for source, counts in sorted(found.items()) if counts}
 
 
 def build_report(plan, entries: dict[str, dict], config, manifest: dict, torn_lines: int = 0) -> dict:
@@ -109,6 +124,7 @@ def build_report(plan, entries: dict[str, dict], config, manifest: dict, torn_li
         "reader_records": {name: r["records"] for name, r in plan.read_reports.items()},
         "reader_skips_by_cause": reader_skips,
         "generator_skips_by_cause": dict(plan.skips.most_common()),
+        "unknown_class_names": unknown_class_names(plan),
         "journal_torn_lines_repaired": torn_lines,
     }
 
@@ -172,6 +188,12 @@ def render_markdown(report: dict) -> str:
     for name, skips in report["reader_skips_by_cause"].items():
         lines.append(_counts_line(f"Reader `{name}` ({report['reader_records'][name]:,} records) skipped", skips))
     lines.append(_counts_line("Generator skipped", report["generator_skips_by_cause"]))
+    unknown = report["unknown_class_names"]
+    lines.append(
+        "- Class names in no vocabulary (kept verbatim): "
+        + ("; ".join(f"`{source}` " + ", ".join(f"{name!r} {n:,}" for name, n in names.items())
+                     for source, names in unknown.items()) or "none")
+    )  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from geopilot.data_gen.readers.common import label_name
+from geopilot.data_gen.readers.common import class_label
 from geopilot.data_gen.synth_scenes import SIZE, OpticalScene, SarScene, optical_scene, png_bytes, sar_scene
 from geopilot.errors import GeoPilotInputError
+from geopilot.sample import IMAGE_PLACEHOLDER
 
 SAR_CLASSES = ("ship", "aircraft", "car", "tank", "bridge", "harbor")
 SAR_CATEGORY_IDS = {name: 10 + 3 * i for i, name in enumerate(reversed(SAR_CLASSES))}  # not 1..6: match by name
@@ -70,8 +71,9 @@ def _lonlat_transform():
     return Affine(DEGREES_PER_PIXEL, 0.0, LON0, 0.0, -DEGREES_PER_PIXEL, LAT0)  # north-up, origin top-left
 
 
-def _object_counts(labels) -> dict[str, int]:
-    return dict(sorted(Counter(label_name(label) for label in labels).items()))
+def _object_counts(labels, dataset: str) -> dict[str, int]:
+    """What the reader will say: each source class name as its canonical class (geopilot.vocabulary)."""
+    return dict(sorted(Counter(class_label(label, dataset) for label in labels).items()))
 
 
 def _graph_counts(roads: list[list[tuple[float, float]]]) -> dict[str, int]:
@@ -92,7 +94,7 @@ def write_dota(root: Path, scenes: list[OpticalScene]) -> dict:
             for obj in scene.objects
         ]
         _text(root / "train" / "labelTxt" / f"{stem}.txt", header + "".join(line + "\n" for line in lines))
-        records[stem] = {"objects": _object_counts(o.label for o in scene.objects)}
+        records[stem] = {"objects": _object_counts((o.label for o in scene.objects), "DOTA v1.0")}
     return {"reader": "dota", "root": "DOTA", "split": "train", "records": records}
 
 
@@ -204,7 +206,7 @@ def write_isaid(root: Path, scenes: list[OpticalScene]) -> dict:
                 "bbox": [round(x1, 1), round(y1, 1), round(x2 - x1, 1), round(y2 - y1, 1)],
                 "area": round((x2 - x1) * (y2 - y1), 1), "iscrowd": 0,
             })  # fmt: skip
-        records[name[:-4]] = {"objects": _object_counts(ISAID_NAMES[o.label] for o in scene.objects)}
+        records[name[:-4]] = {"objects": _object_counts((ISAID_NAMES[o.label] for o in scene.objects), "iSAID")}
     categories = [{"id": category_ids[n], "name": n} for n in ISAID_ORDER]
     coco = {"images": images, "annotations": annotations, "categories": categories}
     _text(root / "train" / "Annotations" / "iSAID_train.json", json.dumps(coco))
@@ -226,13 +228,13 @@ def write_geochat(root: Path, scenes: list[OpticalScene]) -> dict:
         _png(scene.image_png, root / "images" / name)
         counts = Counter(o.label.replace("-", " ") for o in scene.objects)
         label, count = sorted(counts.items())[0]
-        question = f"<image>\nHow many {label}s are there in the image? Answer in one word or a short phrase."
+        question = f"{IMAGE_PLACEHOLDER}\nHow many {label}s are there in the image? Answer in one word or a short phrase."
         entries.append({"id": f"synth_{i}", "image": name,
                         "conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": str(count)}]})  # fmt: skip
         records[f"synth_{i}"] = {"task": "vqa", "objects": 0}
         if scene.referring is not None:
             index, phrases = scene.referring
-            refer = f"<image>\n[refer] give me the location of <p>{phrases[0]}</p>"
+            refer = f"{IMAGE_PLACEHOLDER}\n[refer] give me the location of <p>{phrases[0]}</p>"
             box = _grid_box(scene.objects[index].bounds)
             entries.append({"id": f"synth_{i}_refer", "image": name,
                             "conversations": [{"from": "human", "value": refer}, {"from": "gpt", "value": box}]})  # fmt: skip
@@ -265,7 +267,7 @@ def write_sardet(root: Path, scenes: list[SarScene]) -> dict:
                 "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
                 "area": round((x2 - x1) * (y2 - y1), 2), "iscrowd": 0, "segmentation": [],
             })  # fmt: skip
-        records[name[:-4]] = {"objects": _object_counts(o.label for o in scene.objects)}
+        records[name[:-4]] = {"objects": _object_counts((o.label for o in scene.objects), "SARDet-100K")}
     categories = [{"id": SAR_CATEGORY_IDS[n], "name": n} for n in SAR_CLASSES]
     coco = {"images": images, "annotations": annotations, "categories": categories}
     _text(root / "Annotations" / "train.json", json.dumps(coco))

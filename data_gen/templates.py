@@ -1,4 +1,4 @@
-"""The offline template backend: writes every generation stage from the request's facts, with no LLM at all.
+"""The offline template client: writes every generation stage from the request's facts, with no LLM at all.
 
 Seeded per request (so the same seed gives the same text whatever the run's concurrency), with several
 paraphrase templates per ability and difficulty. It answers the very requests an LLM would get and replies in
@@ -11,6 +11,7 @@ import json
 import random
 
 from geopilot.data_gen.llm import CallInfo, LLMRequest
+from geopilot.sample import IMAGE_PLACEHOLDER
 
 QUERIES: dict[str, dict[str, list[str]]] = {
     "panoptic_detection": {
@@ -273,7 +274,7 @@ def _describe_output(view: dict, facts: dict) -> tuple[str, str]:
     return "the result", view.get("message", "The tool ran on the image.")
 
 
-class TemplateBackend:
+class TemplateClient:
     """Writes each stage from its facts. `model` names the template set, so manifests say what wrote the text."""
 
     name = "template"
@@ -313,5 +314,5 @@ class TemplateBackend:
 
 
 def _short(question: str, limit: int = 120) -> str:
-    text = " ".join(question.replace("<image>", "").split())
+    text = " ".join(question.replace(IMAGE_PLACEHOLDER, "").split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

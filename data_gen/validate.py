@@ -3,8 +3,10 @@ any failure, and the report counts causes.
 
 Structural causes: `prose` (no JSON object), `malformed_json`, `reply_schema` (JSON of the wrong shape),
 `coordinates` (a box outside [0, 1] or with x1 >= x2 / y1 >= y2), `tool_source` (a tool of the wrong modality,
-e.g. a SAR tool on an optical record), `param_schema` (params that fail the tool's input model, checked by the
-registry's `validate`). Semantic causes, one per dimension the paper reports: `query_answerability`,
+e.g. a SAR tool on an optical record), `param_schema` (params that fail the tool's input model). Both are checked by
+`ToolRegistry.validate` of the registry the generator builds for each record with the annotation backend
+(`build_registry(annotations=record)`), the same dispatcher inference uses. Semantic causes, one per dimension the
+paper reports: `query_answerability`,
 `tool_call_correctness`, `parameter_consistency`, `final_answer_faithfulness` (counts, categories, areas and
 boxes in the answer agree with the tool output).
 """
@@ -14,12 +16,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from geopilot.data_gen.abilities import CATEGORY_TOOLS, CLASS_TOOLS, DETECTION_TOOLS, EXPRESSION_TOOLS, Target
 from geopilot.data_gen.templates import plural
+from geopilot.errors import describe_validation_error
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput, llm_view
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
@@ -92,9 +94,7 @@ def parse_reply(stage: str, text: str) -> tuple[_Reply | None, Failure | None]:
     try:
         return REPLIES[stage].model_validate(data), None
     except ValidationError as err:
-        problem = err.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"]) or "reply"
-        return None, Failure("reply_schema", f"{where}: {problem['msg']}")
+        return None, Failure("reply_schema", describe_validation_error(err))
 
 
 # ---- coordinates ----
@@ -121,17 +121,6 @@ def check_coordinates(*texts: str) -> list[Failure]:
 
 
 # ---- tools ----
-
-
-@lru_cache(maxsize=1)
-def tool_registry() -> ToolRegistry:
-    """The ten task-level tools (`geopilot.tools.tasks.TASKS`) in a core `ToolRegistry`, whose `validate` checks
-    names, modality and params. Validation never runs a tool, so no backend is bound: `build_registry` would also
-    import every backend's module (torch among them, seconds per process) for nothing."""
-    from geopilot.tools.tasks import TASKS, TaskTool, UnavailableBackend
-
-    unbound = UnavailableBackend("validation-only")
-    return ToolRegistry([TaskTool(spec, unbound, unbound.name, max_pixels=1) for spec in TASKS])
 
 
 def check_action(action: Action, modality: str, registry: ToolRegistry) -> list[Failure]:

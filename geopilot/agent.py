@@ -8,6 +8,11 @@ validated gets ONE repair turn (`wire.format_repair_turn`); if the repaired repl
 the answer, and if its calls are still invalid they run as failed calls the model answers from, with the error
 recorded either way. Nothing the model emits makes `chat` raise; bad user input raises GeoPilotInputError.
 
+Modality: a caller who declares `modality="optical"|"sar"` gets every call checked against it (a SAR tool on a
+declared optical image is a `wrong_modality` problem). Undeclared (`modality=None`, the default), the modality is
+inferred from the pixels (`geopilot.image.infer_modality`: no colour -> SAR) and reported in
+`ChatResult.modality`, but no call is rejected for it: a heuristic must not veto a correct tool choice.
+
     pilot = GeoPilot.from_pretrained("runs/geopilot", device="cuda", dtype="bfloat16")
     result = pilot.chat("scene.png", "How many planes are on the apron?")
     print(result.answer, result.timings)
@@ -26,19 +31,20 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, comput
 
 from geopilot.errors import GeoPilotError, GeoPilotInputError
 from geopilot.generation import AnswerExtractor, GenerationOptions, KVSession, Turn
-from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage, load_image
+from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage, infer_modality, load_image
 from geopilot.plan_parser import PlanParseError, parse_plan
 from geopilot.sample import (
     IMAGE_PLACEHOLDER,
     Action,
     AssistantMessage,
     Message,
+    Modality,
     ToolMessage,
     UserMessage,
     check_dialogue,
 )
 from geopilot.tool_output import ToolOutput
-from geopilot.tool_protocol import Modality, ToolCallError, ToolRegistry, ToolResult
+from geopilot.tool_protocol import ToolCallError, ToolRegistry, ToolResult
 from geopilot.wire import format_repair_turn, format_tool_turn
 
 Outcome = Literal["direct", "tools", "unparsable", "round_limit"]
@@ -104,6 +110,8 @@ class ChatResult(BaseModel):
     tokens: TokenCounts = TokenCounts()
     timings: Timings = Timings()
     messages: list[Message] = []  # this exchange in the sample format: pass it as `history=` to continue
+    modality: Modality = "optical"  # the image's modality: as declared, or inferred from the pixels
+    modality_source: Literal["declared", "inferred"] = "declared"  # only a declared modality gates tool calls
 
     @computed_field
     @property
@@ -119,7 +127,7 @@ class ChatRequest(BaseModel):
     image: Any
     query: str
     history: Any = None  # checked by _check_history, which says what is wrong
-    modality: Modality = "optical"
+    modality: Modality | None = None  # None: inferred from the image, and tool calls are not gated by it
 
 
 class _Prepared:
@@ -131,11 +139,13 @@ class _Prepared:
         messages: list,
         question: str,
         prompt: list[int],
-        modality: Modality,
+        declared: Modality | None,
         load_seconds: float,
     ):
         self.image, self.messages, self.question = image, messages, question
-        self.prompt, self.modality, self.load_seconds = prompt, modality, load_seconds
+        self.prompt, self.load_seconds = prompt, load_seconds
+        self.gate = declared  # tool calls are checked against a declared modality only
+        self.modality = declared or infer_modality(image)
 
 
 class _Dialogue:
@@ -192,7 +202,7 @@ class _Dialogue:
 
     def _problem(self, action: Action) -> str | None:
         try:
-            self.registry.validate(action, self.request.modality)
+            self.registry.validate(action, self.request.gate)
         except ToolCallError as err:
             return f"{err.kind}: {err}"
         except Exception as err:  # noqa: BLE001 - a tool's own params model misbehaving is still the call's problem
@@ -201,7 +211,7 @@ class _Dialogue:
 
     def _call(self, action: Action) -> ToolResult:
         try:
-            return self.registry.call(action, self.request.image, self.request.modality, self.tool_timeout_s)
+            return self.registry.call(action, self.request.image, self.request.gate, self.tool_timeout_s)
         except Exception as err:  # noqa: BLE001 - ToolRegistry.call captures failures; this guards other registries
             return ToolResult(
                 action.tool, dict(action.params), error=f"{type(err).__name__}: {err}", error_kind="tool_error"
@@ -237,6 +247,8 @@ class _Dialogue:
             turns=self.turns,
             tool_calls=self.tool_calls,
             messages=self.messages,
+            modality=self.request.modality,
+            modality_source="inferred" if self.request.gate is None else "declared",
         )
         return None
 
@@ -307,6 +319,15 @@ class GeoPilot:
         model, processor = load_model(path, device=device, dtype=dtype)
         return cls(model, processor, tools, tools_config=tools_config, **kwargs)
 
+    @staticmethod
+    def from_endpoint(base_url: str, model: str, tools: ToolRegistry | None = None, **kwargs):
+        """The same agent loop with the think and answer turns generated by an OpenAI-compatible server (e.g.
+        `vllm serve DIR`, docs/serving.md); the tools run here. Returns an `EndpointPilot` with chat / chat_batch /
+        chat_stream."""
+        from geopilot.serving.endpoint import EndpointPilot
+
+        return EndpointPilot(base_url, model, tools, **kwargs)
+
     @property
     def tools(self) -> ToolRegistry:
         if self._tools is None:
@@ -328,10 +349,11 @@ class GeoPilot:
         history: list | None = None,
         max_rounds: int = 1,
         generation: GenerationOptions | dict | None = None,
-        modality: Modality = "optical",
+        modality: Modality | None = None,
         stream: Callable[[str], None] | None = None,
     ) -> ChatResult:
-        """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded."""
+        """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded.
+        `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating."""
         prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
         return self._run([prepared], _rounds(max_rounds), _options(generation), stream)[0]
 
@@ -354,7 +376,7 @@ class GeoPilot:
         history: list | None = None,
         max_rounds: int = 1,
         generation: GenerationOptions | dict | None = None,
-        modality: Modality = "optical",
+        modality: Modality | None = None,
     ) -> AnswerStream:
         """Like `chat`, as an iterator of answer text pieces; `.result` holds the ChatResult once it is exhausted.
         Input errors raise here, before any generation."""

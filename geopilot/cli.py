@@ -21,6 +21,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("geopilot.tools.mcp_server", "serve the tools over MCP (stdio or streamable HTTP)"),
     "synth": ("geopilot.data_gen.synth_cli", "write synthetic optical/SAR scenes with annotations in real formats"),
     "generate": ("geopilot.data_gen.generate_cli", "generate tool-trace training data from dataset annotations"),
+    "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
+    "indicators": ("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
+    "eval": ("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), leaderboards; `geopilot eval --help`"),
+    "ablate-alpha": ("geopilot.eval.ablate_alpha", "train stage 2 for each optical replay alpha; SAR + optical VQA table"),
+    "demo": ("geopilot.commands.demo", "the whole recipe on this CPU: data, two training stages, evaluation, report"),
+    "serve": ("geopilot.serving.cli", "serve the OpenAI-compatible API + web demo, or a FastChat worker"),
 }
 
 
@@ -49,12 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"geopilot: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
+    from geopilot.config import parse_command_line  # key=value overrides anywhere on the line
+
     module_name, summary = COMMANDS[name]
     module = importlib.import_module(module_name)
     parser = _Parser(prog=f"geopilot {name}", description=summary)
     module.add_arguments(parser)
     try:
-        args = parser.parse_args(rest)
+        args = parse_command_line(parser, rest)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:

@@ -5,13 +5,15 @@ Every config class derives from `StrictConfig`, so a misspelt key fails loudly w
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from geopilot.errors import ConfigError
+from geopilot.errors import ConfigError, describe_validation_error
+from geopilot.fileio import atomic_write
 
 ConfigT = TypeVar("ConfigT", bound="StrictConfig")
 
@@ -37,6 +39,27 @@ def parse_overrides(overrides: list[str]) -> dict:
                 raise ConfigError(f"override {item!r} sets a key below a non-mapping value")
         node[leaf] = yaml.safe_load(raw) if raw.strip() else ""
     return nested
+
+
+def add_override_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    """The one override syntax of every command (train.py, geopilot init-model|generate|tools|mcp): positional
+    `key=value` words, dotted keys, YAML values. `parse_command_line` also takes them after later options."""
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help=f"config overrides (dotted key = YAML value), e.g. {example}"
+    )
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args`, except that `key=value` words anywhere on the line are overrides (argparse alone stops
+    taking positionals once an option follows the first of them: `run TOOL --image x device=cpu`)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        stray = [word for word in extra if word.startswith("-") or "=" not in word]
+        if stray or not hasattr(args, "overrides"):
+            hint = " (config overrides are key=value words, no --set)" if "--set" in stray else ""
+            parser.error(f"unrecognized arguments: {' '.join(stray or extra)}{hint}")
+        args.overrides = [*args.overrides, *extra]
+    return args
 
 
 def merge(base: dict, update: dict) -> dict:
@@ -65,16 +88,6 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def describe_validation_error(err: ValidationError, source: str) -> str:
-    """One line per problem, each naming the dotted key, e.g. `train.lr: Input should be a valid number`."""
-    lines = []
-    for problem in err.errors():
-        key = ".".join(str(part) for part in problem["loc"]) or "<root>"
-        message = "unknown key (misspelt?)" if problem["type"] == "extra_forbidden" else problem["msg"]
-        lines.append(f"{key}: {message}")
-    return f"{source}: " + "; ".join(lines)
-
-
 def build_config(cls: type[ConfigT], data: dict, source: str = "config") -> ConfigT:
     try:
         return cls.model_validate(data)
@@ -90,4 +103,4 @@ def load_config(cls: type[ConfigT], path: str | Path | None, overrides: list[str
 
 
 def save_config(config: StrictConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    atomic_write(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -1,4 +1,16 @@
-"""The errors GeoPilot raises on purpose. Entry points map GeoPilotInputError to exit code 2."""
+"""The errors GeoPilot raises on purpose, and the one way a pydantic error becomes a one-line message.
+
+Entry points map GeoPilotInputError to exit code 2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+UNKNOWN_KEY = "unknown key (misspelt?)"
 
 
 class GeoPilotError(Exception):
@@ -38,3 +50,16 @@ class ConfigError(GeoPilotInputError):
 
 class WeightsError(GeoPilotInputError):
     """Weights that are missing, unsafe (pickled code) or do not match the architecture."""
+
+
+def describe_validation_error(err: ValidationError, source: str | None = None, unknown_key: str = UNKNOWN_KEY) -> str:
+    """Every problem of a pydantic error on one line, each naming its dotted key: `source: train.lr: Input should be
+    a valid number; data.alpha: ...`. An extra (forbidden) key reads `unknown_key`; pydantic's "Value error, " prefix
+    (a validator's own message) is dropped. The config loader, tool params and data_gen replies all use this."""
+    parts = []
+    for problem in err.errors():
+        key = ".".join(str(part) for part in problem["loc"])
+        message = unknown_key if problem["type"] == "extra_forbidden" else problem["msg"].removeprefix("Value error, ")
+        parts.append(f"{key}: {message}" if key else message)
+    text = "; ".join(parts)
+    return f"{source}: {text}" if source else text

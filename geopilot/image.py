@@ -9,6 +9,17 @@ Rules, in order:
    8-bit data is used as is.
 3. One band (SAR amplitude, grayscale) is replicated to 3; 2 bands use the first; more than 3 use the first 3;
    alpha is dropped.
+4. Modality, when the caller does not say (`infer_modality`): an image without colour is SAR, one with colour is
+   optical. "Without colour" means the loaded 8-bit RGB has (nearly) equal channels: mean per-pixel spread
+   max(R, G, B) - min(R, G, B) below `GREY_SPREAD` levels (lossy codecs leave a little chroma noise). So one band
+   at any depth (SAR amplitude, 16-bit included), two bands (dual-pol: the first is shown) and grey stored as RGB
+   (SSDD/HRSID JPEGs) read as SAR; 16-bit or float data with distinct bands (multispectral) reads as optical, since
+   bit depth alone does not tell SAR from optical. A panchromatic optical image also reads as SAR by this rule:
+   declare `modality="optical"` for those. The agent gates tools by modality only when the caller declared it.
+Decoders: only those GeoPilot needs are reachable. Pillow is opened with `formats=PILLOW_FORMATS` (PNG, JPEG, TIFF,
+WebP), so EPS (which hands the bytes to Ghostscript) and Pillow's other decoders never see the input; GeoTIFFs go to
+rasterio with the GTiff driver only. An empty (0-pixel) image, a directory or an object that is not an image is a
+one-line `ImageInputError`.
 The model-side geometry (pad to a square with the CLIP mean colour, resize to 336) is the image processor's.
 """
 
@@ -18,15 +29,23 @@ import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from geopilot.errors import ImageInputError
 
+if TYPE_CHECKING:
+    from geopilot.sample import Modality
+
 DEFAULT_MAX_PIXELS = 100_000_000  # 10k x 10k; training data and the API can set their own
 STRETCH_PERCENTILES = (2.0, 98.0)
+GREY_SPREAD = 2.0  # rule 4: mean max-min channel spread (8-bit levels) below which an image has no colour
+MODALITY_SAMPLE_PIXELS = 1_000_000  # rule 4 looks at a regular subsample of at most this many pixels
 GEOTIFF_SUFFIXES = {".tif", ".tiff"}
+PILLOW_FORMATS = ("PNG", "JPEG", "TIFF", "WEBP")  # the decoders Pillow may use; every other one is unreachable
+RASTERIO_DRIVER = "GTiff"  # the one GDAL driver rasterio may use
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,8 @@ def _pil_to_array(image: Image.Image) -> np.ndarray:
 
 
 def _check_pixels(width: int, height: int, max_pixels: int, name: str) -> None:
+    if width <= 0 or height <= 0:
+        raise ImageInputError(f"{name}: the image is empty ({width}x{height} pixels)")
     if width * height > max_pixels:
         raise ImageInputError(
             f"{name}: {width}x{height} = {width * height:,} pixels exceeds the limit of {max_pixels:,} "
@@ -96,9 +117,9 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str) -> LoadedImag
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit below is the one that counts
         try:
-            handle = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+            handle = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data, formats=PILLOW_FORMATS)
         except UnidentifiedImageError:
-            raise ImageInputError(f"{name}: not an image file (or a format Pillow cannot read)") from None
+            raise ImageInputError(f"{name}: not an image file in a format GeoPilot reads (PNG, JPEG, TIFF, WebP)") from None
         except Image.DecompressionBombError as err:
             raise ImageInputError(f"{name}: refused as a decompression bomb ({err})") from None
         except OSError as err:
@@ -120,7 +141,7 @@ def _open_with_rasterio(path: Path, max_pixels: int) -> LoadedImage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)  # a plain TIFF: georef stays None
-            dataset = rasterio.open(path)
+            dataset = rasterio.open(path, driver=RASTERIO_DRIVER)
     except RasterioIOError as err:
         raise ImageInputError(f"{path}: cannot be read as a raster: {err}") from None
     with dataset:
@@ -161,13 +182,36 @@ def load_image(
         _check_pixels(source.width, source.height, max_pixels, "image")
         return LoadedImage(Image.fromarray(to_rgb_uint8(_pil_to_array(source)), "RGB"), None, source.size)
     if isinstance(source, np.ndarray):
-        _check_pixels(source.shape[1] if source.ndim > 1 else 0, source.shape[0], max_pixels, "array")
-        return LoadedImage(Image.fromarray(to_rgb_uint8(source), "RGB"), None, (source.shape[1], source.shape[0]))
-    if isinstance(source, bytes):
-        return _open_with_pil(source, max_pixels, "image bytes")
+        if source.ndim not in (2, 3) or source.dtype.kind not in "biuf":
+            raise ImageInputError(
+                f"array: expected an (H, W) or (H, W, C) array of numbers, got shape {source.shape} of {source.dtype}"
+            )
+        _check_pixels(source.shape[1], source.shape[0], max_pixels, "array")
+        pixels = source.astype(np.uint8) if source.dtype.kind == "b" else source
+        return LoadedImage(Image.fromarray(to_rgb_uint8(pixels), "RGB"), None, (source.shape[1], source.shape[0]))
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _open_with_pil(bytes(source), max_pixels, "image bytes")
+    if not isinstance(source, (str, Path)):
+        raise ImageInputError(
+            f"the image must be a file path, bytes, a PIL image or a numpy array, got {type(source).__name__}"
+        )
     path = Path(source)
+    if path.is_dir():
+        raise ImageInputError(f"{path}: is a directory, not an image file")
     if not path.is_file():
         raise ImageInputError(f"image not found: {path}")
     if path.suffix.lower() in GEOTIFF_SUFFIXES and _rasterio_available():
         return _open_with_rasterio(path, max_pixels)
     return _open_with_pil(path, max_pixels, str(path))
+
+
+def infer_modality(image: LoadedImage | Image.Image) -> Modality:
+    """Rule 4: "sar" for an image without colour (one or two bands, or equal channels), else "optical"."""
+    pixels = image.image if isinstance(image, LoadedImage) else image
+    array = np.asarray(pixels.convert("RGB") if pixels.mode != "RGB" else pixels)
+    step = max(1, int((array.shape[0] * array.shape[1] / MODALITY_SAMPLE_PIXELS) ** 0.5))
+    sample = array[::step, ::step].astype(np.int16)
+    if sample.size == 0:
+        return "optical"
+    spread = sample.max(axis=2) - sample.min(axis=2)
+    return "sar" if float(spread.mean()) < GREY_SPREAD else "optical"

@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
+from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.config import StrictConfig
 from geopilot.errors import ConfigError, WeightsError
-from geopilot.render import CHAT_TEMPLATE
 from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, prepare_tokenizer, tiny_tokenizer
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
@@ -45,7 +45,7 @@ class ModelConfig(StrictConfig):
     llava_path: str | None = None  # init=llava_hf: a llava-hf checkpoint directory
     vision_path: str | None = None  # init=clip_vicuna: CLIP ViT-L/14-336 (CLIPModel or CLIPVisionModel directory)
     llm_path: str | None = None  # init=clip_vicuna: Vicuna-7B-v1.5 (LlamaForCausalLM directory)
-    tokenizer_path: str | None = None  # default: llava_path or llm_path; tiny: a BPE trained in-process
+    tokenizer_path: str | None = None  # default: llava_path or llm_path; tiny: this dir, else a BPE trained in-process
     vision_feature_layer: int = -2
     pad_vocab_to_multiple_of: int = 64  # llava-hf pads 32002 -> 32064
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -116,7 +116,7 @@ def _build_tiny(cfg: ModelConfig):
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaForConditionalGeneration
 
     t = cfg.tiny
-    tokenizer = tiny_tokenizer()
+    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else tiny_tokenizer()
     vision = CLIPVisionConfig(
         hidden_size=t.vision_hidden,
         intermediate_size=4 * t.vision_hidden,

@@ -4,10 +4,13 @@ Labels cover exactly the assistant turns (` {json}</s>`), everything else is -10
 piece by piece, the loss mask is right by construction: there is no search for separators afterwards (the LLaVA
 "tokenization mismatch" that silently zeroes samples cannot happen). Segment boundaries, per DESIGN §3:
 
-    <s> | SYSTEM USER: <image-prefix> | <image> x N | <rest of question> ASSISTANT: | ␣{json}</s> | USER: ... ASSISTANT: | ...
+    <s> | ␣SYSTEM USER: | <image> x N | \n{question} ASSISTANT: | ␣{json}</s> | USER: ... ASSISTANT: | ...
 
-`CHAT_TEMPLATE` is the same rendering in Jinja (with `{% generation %}` around assistant turns) for
-`apply_chat_template`; a test checks the two agree token for token.
+The space that opens the first segment is the SentencePiece prefix space: Vicuna's tokenizer reads the whole
+prompt `A chat ...` as `<s> ▁A ▁chat ...`, so the first segment is written with it (LLaVA-1.5's initialisation
+sees its own prompt), while every later segment is tokenised without one (segment-safe, `check_segment_safe`).
+`render_text` is the same conversation as one string; `geopilot.chat_template.CHAT_TEMPLATE` renders that same
+string from HF messages, and tests check text, ids and assistant masks agree.
 """
 
 from __future__ import annotations
@@ -20,25 +23,6 @@ from geopilot.tokenizer import IMAGE_TOKEN, encode_text
 from geopilot.wire import ASSISTANT_ROLE, SYSTEM_PROMPT, USER_ROLE, chat_turns
 
 IGNORE_INDEX = -100
-
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{% if message['role'] in ['user', 'tool'] %}"
-    "{% if loop.first %}" + SYSTEM_PROMPT + " {% endif %}"
-    "USER: "
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}"
-    + IMAGE_TOKEN
-    + "\n{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    " ASSISTANT:"
-    "{% else %}"
-    "{% generation %} {{ message['content'] }}{{ eos_token }}{% endgeneration %}"
-    "{% endif %}"
-    "{% endfor %}"
-)
 
 
 @dataclass
@@ -62,32 +46,52 @@ class Rendered:
         return spans
 
 
-def user_turn_text(content: str, first: bool) -> str:
-    prefix = SYSTEM_PROMPT + " " if first else ""
+def user_turn_text(content: str, first: bool, system: str = SYSTEM_PROMPT) -> str:
+    """One user segment; the first opens with the prefix space and the system prompt (an empty `system` drops it)."""
+    prefix = " " + (system + " " if system else "") if first else ""
     return f"{prefix}{USER_ROLE} {content} {ASSISTANT_ROLE}"
 
 
+def wire_segments(turns: list[tuple[str, str]], system: str = SYSTEM_PROMPT) -> list[tuple[str, str]]:
+    """`[(role, text)]` from `geopilot.wire.chat_turns` -> the text of each segment, in order (BOS and EOS aside)."""
+    return [
+        (role, " " + text if role == "assistant" else user_turn_text(text, first=index == 0, system=system))
+        for index, (role, text) in enumerate(turns)
+    ]
+
+
+def render_text(turns: list[tuple[str, str]], tokenizer, system: str = SYSTEM_PROMPT) -> str:
+    """The whole conversation as one string, exactly as `CHAT_TEMPLATE` renders it: `<image>` once per image,
+    BOS and EOS as the tokenizer's text; a conversation ending with a user turn ends with the generation prompt."""
+    return tokenizer.bos_token + "".join(
+        text + (tokenizer.eos_token if role == "assistant" else "") for role, text in wire_segments(turns, system)
+    )
+
+
 def render_turns(
-    turns: list[tuple[str, str]], tokenizer, num_image_tokens: int, sample_id: str | None = None
+    turns: list[tuple[str, str]],
+    tokenizer,
+    num_image_tokens: int,
+    sample_id: str | None = None,
+    system: str = SYSTEM_PROMPT,
 ) -> Rendered:
     """`[(role, text)]` from `geopilot.wire.chat_turns` -> ids + labels. A conversation that ends with a user turn
     ends with `ASSISTANT:`, which is exactly the generation prompt."""
     image_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     ids: list[int] = [tokenizer.bos_token_id]
     labels: list[int] = [IGNORE_INDEX]
-    for index, (role, text) in enumerate(turns):
+    for index, (role, text) in enumerate(wire_segments(turns, system)):
         if role == "assistant":
-            piece = encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
+            piece = encode_text(tokenizer, text) + [tokenizer.eos_token_id]
             ids += piece
             labels += piece
             continue
-        rendered = user_turn_text(text, first=index == 0)
-        before, marker, after = rendered.partition(IMAGE_PLACEHOLDER)
-        piece = encode_text(tokenizer, before)
-        if marker:
-            if index != 0:
-                raise SampleError(f"{IMAGE_PLACEHOLDER!r} may appear only in the first user turn", sample_id=sample_id)
-            piece += [image_id] * num_image_tokens + encode_text(tokenizer, after)
+        first, *after_images = text.split(IMAGE_PLACEHOLDER)
+        if after_images and index != 0:
+            raise SampleError(f"{IMAGE_PLACEHOLDER!r} may appear only in the first user turn", sample_id=sample_id)
+        piece = encode_text(tokenizer, first)
+        for chunk in after_images:
+            piece += [image_id] * num_image_tokens + encode_text(tokenizer, chunk)
         ids += piece
         labels += [IGNORE_INDEX] * len(piece)
     return Rendered(ids, labels)

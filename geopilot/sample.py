@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from geopilot.errors import SampleError
 from geopilot.tool_output import ToolOutput
 
-IMAGE_PLACEHOLDER = "<image>"
+IMAGE_PLACEHOLDER = "<image>"  # where the image goes in a user turn; also the token the tokenizer adds
+Modality = Literal["optical", "sar"]  # the one definition: samples, records, tools and the agent use it
 
 
 class _Strict(BaseModel):
@@ -58,7 +59,7 @@ Message = Annotated[UserMessage | AssistantMessage | ToolMessage, Field(discrimi
 class Sample(_Strict):
     id: str = Field(min_length=1)
     image: str | None = None  # relative to the folder of the JSONL file, or absolute
-    modality: Literal["optical", "sar"] = "optical"
+    modality: Modality = "optical"
     source: str = ""
     ability: str = ""
     difficulty: Literal["easy", "medium", "hard"] | None = None

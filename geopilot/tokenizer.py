@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.errors import ConfigError
+from geopilot.sample import IMAGE_PLACEHOLDER
 
-IMAGE_TOKEN = "<image>"
+IMAGE_TOKEN = IMAGE_PLACEHOLDER  # the tokenizer adds the sample format's placeholder as one special token
 PAD_TOKEN = "<pad>"
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2 as in Llama/Vicuna
 
@@ -35,13 +37,15 @@ def load_tokenizer(path: str | Path):
 
 
 def prepare_tokenizer(tokenizer):
-    """Add the image and pad tokens (as special, so text never produces them) and verify segment safety."""
+    """Add the image and pad tokens (as special, so text never produces them), set the wire format's chat
+    template (what an export saves for transformers and vLLM) and verify segment safety."""
     missing = [t for t in (IMAGE_TOKEN,) if t not in tokenizer.get_vocab()]
     if missing:
         tokenizer.add_special_tokens({"additional_special_tokens": missing})
     if tokenizer.pad_token is None:
         tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
     tokenizer.padding_side = "right"
+    tokenizer.chat_template = CHAT_TEMPLATE
     check_segment_safe(tokenizer)
     return tokenizer
 
@@ -84,8 +88,9 @@ def _tiny_corpus() -> list[str]:
     ] + [" ".join(words[i : i + 12]) for i in range(0, len(words), 7)]
 
 
-def tiny_tokenizer(vocab_size: int = 1024):
-    """A small byte-fallback BPE in the Llama layout, trained in-process (deterministic). For tests and tiny models."""
+def tiny_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None):
+    """A small byte-fallback BPE in the Llama layout, trained in-process (deterministic). For tests and tiny models;
+    `corpus` (default: a fixed word list + the wire format) lets a small model get a vocabulary of its own data."""
     import json
 
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -97,7 +102,7 @@ def tiny_tokenizer(vocab_size: int = 1024):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + byte_pieces, show_progress=False
     )
-    bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
+    bpe.train_from_iterator(_tiny_corpus() + list(corpus or []), trainer=trainer)
     merges = [tuple(pair) for pair in json.loads(bpe.to_str())["model"]["merges"]]  # LlamaTokenizer wants tuples
     tokenizer = LlamaTokenizer(
         vocab=bpe.get_vocab(),

@@ -93,6 +93,7 @@ class ToolOutput(_Strict):
     roads: RoadGraph | None = None
     artifacts: list[Artifact] = []
     geojson: dict | None = None  # FeatureCollection in map coordinates, when the input was georeferenced
+    data: dict | None = None  # structured result (numbers, tables) the model reads verbatim; schema declared by the tool
     message: str | None = None
     error: str | None = None  # the call failed (timeout, exception, invalid call): the model reads only this
 
@@ -134,6 +135,8 @@ def llm_view(output: ToolOutput) -> dict:
             "intersections": sum(1 for d in degree if d >= 3),
             "length": _road_length(output.roads),
         }
+    if output.data is not None:
+        view["data"] = output.data
     if output.artifacts:
         view["artifacts"] = [a.kind for a in output.artifacts]
     if output.message:

@@ -1,6 +1,7 @@
 """The wire format: the exact text the LLM reads and writes (DESIGN §3).
 
-Vicuna v1: `{SYSTEM} USER: {q} ASSISTANT: {json}</s>USER: {tool text} ASSISTANT: {json}</s>`.
+Vicuna v1: `<s> {SYSTEM} USER: <image>\n{q} ASSISTANT: {json}</s>USER: {tool text} ASSISTANT: {json}</s>`
+(`geopilot.render` writes it segment by segment, `geopilot.chat_template.CHAT_TEMPLATE` as one string).
 Every assistant turn is ONE compact JSON object `{"reasoning", "actions", "value"}`; every tool turn is ONE user
 turn written by `format_tool_turn`. data_gen, training and inference all call these functions and nothing else.
 """
@@ -39,6 +40,14 @@ def question_text(user: UserMessage) -> str:
     return user.content.replace(IMAGE_PLACEHOLDER, "").strip()
 
 
+def user_text(user: UserMessage) -> str:
+    """A user turn as the model reads it: with an image, `<image>` first on its own line, then the question
+    (LLaVA's preprocessing moves the image to the front the same way); without one, the text as written."""
+    if IMAGE_PLACEHOLDER not in user.content:
+        return user.content
+    return f"{IMAGE_PLACEHOLDER}\n{question_text(user)}"
+
+
 def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str) -> str:
     """THE formatter: tool outputs -> the user turn the model answers from.
 
@@ -50,8 +59,9 @@ def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str) -> st
 
 
 def chat_turns(messages: list[Message]) -> list[tuple[str, str]]:
-    """Sample messages -> `[(role, text)]` with role in {"user", "assistant"}: consecutive tool messages
-    become ONE user turn written by `format_tool_turn`, quoting the question of their round."""
+    """Sample messages -> `[(role, text)]` with role in {"user", "assistant"}: user text by `user_text`, each
+    assistant turn as its compact JSON, consecutive tool messages as ONE user turn written by `format_tool_turn`
+    (quoting the question of their round)."""
     turns: list[tuple[str, str]] = []
     question = ""
     pending_tools: list[ToolMessage] = []
@@ -68,7 +78,7 @@ def chat_turns(messages: list[Message]) -> list[tuple[str, str]]:
         flush()
         if message.role == "user":
             question = question_text(message)
-            turns.append(("user", message.content))
+            turns.append(("user", user_text(message)))
         else:
             turns.append(("assistant", assistant_json(message)))
     flush()

@@ -1,8 +1,10 @@
 """Adapters from specialist models to task-level tools: each turns `run(tool, image, params)` into a model call.
 
-- `DetectorAdapter` wraps anything with `.detect(PIL image, categories) -> list[Detection]` (LAE-DINO): category
+- `DetectorAdapter` wraps anything with `.detect(PIL image, categories) -> list[Detection]` (LAE-DINO, DenoDet): category
   detection, fixed-vocabulary detection and top-1 grounding, tiled with overlap + NMS on large scenes.
 - `SegmenterAdapter` wraps `.segment(PIL image, classes) -> list[SegmentClass]` (SegEarth-OV).
+- `MaskSegmenterAdapter` wraps RemoteSAM (`.ground`, `.segment_referring`, `.segment_instances`, `.segment_semantic`).
+- `RoadExtractorAdapter` wraps `.extract(PIL image) -> RoadGraph` (SAM-Road).
 - `CloudRemovalAdapter` wraps `.restore(PIL image) -> CloudRemoval` (SpA-GAN) and writes the restored image
   as an artefact file (a GeoTIFF with the input's CRS and footprint when the input was georeferenced).
 Each adapter has a typed options model, filled from `options:` in `configs/tools.yaml`.
@@ -10,22 +12,40 @@ Each adapter has a typed options model, filled from `options:` in `configs/tools
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from PIL import Image
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from geopilot.artifacts import publish_artifact
 from geopilot.config import StrictConfig
+from geopilot.errors import GeoPilotInputError
 from geopilot.image import LoadedImage
-from geopilot.tool_output import Artifact, Detection, SegmentClass, ToolOutput
+from geopilot.tool_output import Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
 from geopilot.tools.geo import save_geotiff
 from geopilot.tools.tiling import detect_tiled
+from geopilot.vocabulary import canonical_class, dataset_classes, segearth_queries, segearth_threshold
 
 
 class NoOptions(StrictConfig):
     pass
+
+
+class LaeDinoOptions(StrictConfig):
+    """The LAE-DINO model's own options (`LaeDino.from_weights`); `options.model` of a detector binding. Defined
+    here, without torch, so a misspelt key fails when configs/tools.yaml loads, not when the model does."""
+
+    box_threshold: float = Field(0.3, ge=0.0, le=1.0)
+    text_threshold: float = Field(0.25, ge=0.0, le=1.0)
+    max_detections: int = Field(100, ge=1)
+    max_per_image: int = Field(300, ge=1)  # upstream test_cfg.max_per_img, per forward
+    chunk_size: int = Field(40, ge=1)  # categories per forward
+    short_side: int = Field(800, ge=32)
+    max_long_side: int = Field(1333, ge=32)
+    tokenizer_path: str | None = None  # folder with vocab.txt; default <weights folder>/bert-base-uncased
+    half: bool = True  # fp16 on CUDA
+    architecture: Literal["swin-t", "tiny"] = "swin-t"  # "tiny" only makes sense for tests of the loading path
 
 
 class DetectorOptions(StrictConfig):
@@ -34,8 +54,11 @@ class DetectorOptions(StrictConfig):
     nms_iou: float = Field(0.5, gt=0.0, le=1.0)
     score_threshold: float = Field(0.3, ge=0.0, le=1.0)
     max_detections: int = Field(100, ge=1)
-    vocabulary: list[str] = []  # the categories detect_all / sar_detect_all look for
-    model: dict[str, Any] = {}  # passed as keyword arguments to the backend's from_weights
+    # What detect_all / sar_detect_all look for: these class names plus the classes of these datasets, all as canonical
+    # names of the class vocabulary (geopilot/vocabulary.yaml), e.g. vocabulary_datasets: [DIOR].
+    vocabulary: list[str] = []
+    vocabulary_datasets: list[str] = []
+    model: LaeDinoOptions = LaeDinoOptions()  # the detector model's options, typed: a misspelt key is a config error
 
     @model_validator(mode="after")
     def _overlap_below_tile(self) -> DetectorOptions:
@@ -43,8 +66,39 @@ class DetectorOptions(StrictConfig):
             raise ValueError(f"tile_overlap ({self.tile_overlap}) must be smaller than tile_size ({self.tile_size})")
         return self
 
+    @field_validator("vocabulary_datasets")
+    @classmethod
+    def _known_datasets(cls, names: list[str]) -> list[str]:
+        for name in names:
+            try:
+                dataset_classes(name)
+            except GeoPilotInputError as err:
+                raise ValueError(str(err)) from None
+        return names
+
+    def fixed_vocabulary(self) -> list[str]:
+        """The canonical categories of a fixed-vocabulary detection, in order, without repeats."""
+        names = [canonical_class(v) for v in self.vocabulary if v.strip()]
+        names += [c for dataset in self.vocabulary_datasets for c in dataset_classes(dataset)]
+        return list(dict.fromkeys(names))
+
 
 class SegmenterOptions(StrictConfig):
+    # Classes are sent to SegEarth-OV as the CLIP-friendly prompts of this upstream class file (geopilot/vocabulary.yaml
+    # `segearth_ov`: OpenEarthMap "rangeland" -> "grass", "building" -> "building,roof,house"), with its probability
+    # threshold unless `prob_threshold` is set; null = the class names as given, the model's own threshold.
+    class_prompts: str | None = "OpenEarthMap"
+    prob_threshold: float | None = Field(None, ge=0.0, le=1.0)
+
+    @field_validator("class_prompts")
+    @classmethod
+    def _known_class_file(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                segearth_threshold(name)
+            except GeoPilotInputError as err:
+                raise ValueError(str(err)) from None
+        return name
     model: dict[str, Any] = {}
 
 
@@ -54,16 +108,71 @@ class SpaGanOptions(StrictConfig):
     tile_size: int = Field(1024, ge=0)  # larger images run in tiles (same result, bounded memory); 0 = never
 
 
+class DenoDetOptions(StrictConfig):
+    """The DenoDet model's own options (`DenoDet.from_weights`); `options.model` of a `denodet` binding."""
+
+    input_size: int = Field(512, ge=32)  # the published model: 512 px (its DCT sizes are 64 and 32)
+    score_thr: float = Field(0.05, ge=0.0, le=1.0)  # upstream test_cfg
+    nms_pre: int = Field(1000, ge=1)
+    nms_iou: float = Field(0.6, gt=0.0, le=1.0)
+    max_per_img: int = Field(100, ge=1)
+    half: bool = True  # fp16 on CUDA
+    architecture: Literal["resnet50", "tiny"] = "resnet50"  # "tiny" only makes sense for tests of the loading path
+
+
+class SarDetectorOptions(DetectorOptions):
+    """A DetectorAdapter over DenoDet: the same tiling/threshold options, DenoDet's model options."""
+
+    model: DenoDetOptions = DenoDetOptions()
+
+
+class SamRoadOptions(StrictConfig):
+    """A `sam_road` binding's options (`SamRoad.from_weights`)."""
+
+    preset: Literal["cityscale", "spacenet"] = "cityscale"  # which checkpoint and thresholds
+    batch_size: int = Field(8, ge=1)  # patches per encoder forward
+    max_patches: int = Field(1024, ge=1)  # scenes needing more patches are refused (crop or resample them)
+    sample_margin: int | None = Field(None, ge=0)  # None = the preset's (0); upstream CityScale used 64
+    half: bool = True  # fp16 on CUDA
+    architecture: Literal["vit-b", "tiny"] = "vit-b"  # "tiny" only makes sense for tests of the loading path
+
+
+class RemoteSamOptions(StrictConfig):
+    """RemoteSAM (`geopilot.tools.remotesam.RemoteSam`); defaults are upstream's post-processing settings."""
+
+    conf_threshold: float = Field(0.01, ge=0.0, le=1.0)  # minimum mean probability of an instance
+    nms_iou: float = Field(0.5, gt=0.0, le=1.0)
+    max_instances: int = Field(100, ge=1)
+    tile_size: int = Field(2048, ge=64)  # category prompts run in tiles on larger scenes
+    tile_overlap: int = Field(256, ge=0)
+    max_side: int = Field(8192, ge=64)  # referring tools see the scene whole; larger ones are refused
+    tokenizer_path: str | None = None  # folder with vocab.txt; default <weights folder>/bert-base-uncased
+    half: bool = True  # fp16 on CUDA
+    architecture: Literal["swin-b", "tiny"] = "swin-b"  # "tiny" only makes sense for tests of the loading path
+
+    @model_validator(mode="after")
+    def _overlap_below_tile(self) -> RemoteSamOptions:
+        if self.tile_overlap >= self.tile_size:
+            raise ValueError(f"tile_overlap ({self.tile_overlap}) must be smaller than tile_size ({self.tile_size})")
+        return self
+
+
 class Detects(Protocol):
     def detect(self, image: Image.Image, categories: list[str]) -> list[Detection]: ...
 
 
 class Segments(Protocol):
-    def segment(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]: ...
+    def segment(
+        self, image: Image.Image, classes: list[str], prob_threshold: float | None = None
+    ) -> list[SegmentClass]: ...
 
 
 class Restores(Protocol):
     def restore(self, image: Image.Image): ...  # -> geopilot.tools.spa_gan.CloudRemoval
+
+
+class ExtractsRoads(Protocol):
+    def extract(self, image: Image.Image) -> RoadGraph: ...
 
 
 def _unsupported(adapter: object, tool: str) -> ValueError:
@@ -79,12 +188,15 @@ class DetectorAdapter:
         self.detector, self.options = detector, options or DetectorOptions()
 
     def _categories(self, tool: str, params: BaseModel) -> list[str]:
+        """The detector's prompts. Class names go through the class vocabulary (LAE-DINO is prompted with the
+        canonical names the model was trained to emit: "storagetank" -> "storage tank")."""
         if tool in self.CATEGORY_TOOLS:
-            return list(params.categories)
+            return list(dict.fromkeys(canonical_class(c) for c in params.categories))
         if tool in self.VOCABULARY_TOOLS:
-            if not self.options.vocabulary:
-                raise ValueError(f"{tool!r} needs `options.vocabulary` in its binding (configs/tools.yaml)")
-            return list(self.options.vocabulary)
+            vocabulary = self.options.fixed_vocabulary() or list(getattr(self.detector, "classes", []))  # closed set
+            if not vocabulary:
+                raise ValueError(f"{tool!r} needs `options.vocabulary_datasets` or `options.vocabulary` (configs/tools.yaml)")
+            return vocabulary
         if tool in self.GROUNDING_TOOLS:
             return [params.expression]
         raise _unsupported(self, tool)
@@ -105,17 +217,56 @@ class DetectorAdapter:
             kept = kept[:1]
             if not kept:
                 return ToolOutput(message=f"nothing in the image matches {params.expression!r}")
+        else:  # a closed-set detector labels with its own class names (DenoDet: "aircraft"): canonical ones out
+            kept = [d.model_copy(update={"label": canonical_class(d.label)}) for d in kept]
         return ToolOutput(detections=kept[: o.max_detections])
 
 
 class SegmenterAdapter:
-    def __init__(self, segmenter: Segments):
-        self.segmenter = segmenter
+    """Requested classes -> SegEarth-OV prompts (and threshold) from the class vocabulary; segments come back
+    labelled with the class names as requested."""
+
+    def __init__(self, segmenter: Segments, options: SegmenterOptions | None = None):
+        self.segmenter, self.options = segmenter, options or SegmenterOptions()
 
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
         if tool != "segment_semantic":
             raise _unsupported(self, tool)
-        return ToolOutput(segments=self.segmenter.segment(image.image, list(params.classes)))
+        o, classes = self.options, [c.strip() for c in params.classes]
+        if o.class_prompts is None:
+            return ToolOutput(segments=self.segmenter.segment(image.image, classes, o.prob_threshold))
+        queries = segearth_queries(classes, o.class_prompts)
+        threshold = o.prob_threshold if o.prob_threshold is not None else segearth_threshold(o.class_prompts)
+        asked: dict[str, str] = {}  # prompt -> the first class asked for with it
+        for name, query in zip(classes, queries, strict=True):
+            asked.setdefault(query.strip(), name)
+        segments = self.segmenter.segment(image.image, queries, threshold)
+        return ToolOutput(segments=[s.model_copy(update={"label": asked.get(s.label, s.label)}) for s in segments])
+
+
+class MaskSegments(Protocol):  # RemoteSAM: every output is derived from one referring mask per prompt
+    def ground(self, image: Image.Image, expression: str) -> list[Detection]: ...
+    def segment_referring(self, image: Image.Image, expression: str) -> list[Detection]: ...
+    def segment_instances(self, image: Image.Image, categories: list[str], score_threshold: float | None) -> list[Detection]: ...
+    def segment_semantic(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]: ...
+
+
+class MaskSegmenterAdapter:
+    def __init__(self, segmenter: MaskSegments):
+        self.segmenter = segmenter
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        s, pil = self.segmenter, image.image
+        if tool in ("ground", "segment_referring"):
+            found = s.ground(pil, params.expression) if tool == "ground" else s.segment_referring(pil, params.expression)
+            if not found:
+                return ToolOutput(message=f"nothing in the image matches {params.expression!r}")
+            return ToolOutput(detections=found)
+        if tool == "segment_instances":
+            return ToolOutput(detections=s.segment_instances(pil, list(params.categories), params.score_threshold))
+        if tool == "segment_semantic":
+            return ToolOutput(segments=s.segment_semantic(pil, list(params.classes)))
+        raise _unsupported(self, tool)
 
 
 class CloudRemovalAdapter:
@@ -126,16 +277,24 @@ class CloudRemovalAdapter:
         if tool != "remove_clouds":
             raise _unsupported(self, tool)
         result = self.remover.restore(image.image)
-        digest = hashlib.sha256(image.image.tobytes()).hexdigest()[:16]  # same input -> same file name
-        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
         if image.georef is not None:  # a GeoTIFF in, a GeoTIFF out: same CRS, same footprint
-            path = self.artifacts_dir / f"remove_clouds_{digest}.tif"
-            save_geotiff(result.restored, image.georef, path)
-        else:
-            path = self.artifacts_dir / f"remove_clouds_{digest}.png"
-            result.restored.save(path)
+            path = publish_artifact(
+                self.artifacts_dir, "remove_clouds", ".tif", lambda to: save_geotiff(result.restored, image.georef, to)
+            )
+        else:  # a fresh private file, never written through a planted name (geopilot.artifacts)
+            path = publish_artifact(self.artifacts_dir, "remove_clouds", ".png", lambda to: result.restored.save(to, "PNG"))
         width, height = result.restored.size
         return ToolOutput(
-            artifacts=[Artifact(kind="image", path=str(path.resolve()))],
+            artifacts=[Artifact(kind="image", path=str(path))],
             message=f"cloud-free image restored ({width}x{height})",
         )
+
+
+class RoadExtractorAdapter:
+    def __init__(self, extractor: ExtractsRoads):
+        self.extractor = extractor
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        if tool != "extract_roads":
+            raise _unsupported(self, tool)
+        return ToolOutput(roads=self.extractor.extract(image.image))

@@ -9,11 +9,13 @@ data_gen uses it to write tool turns whose content is exactly right. Every outpu
     registry = build_registry(annotations=record)                 # geopilot.tools.registry: all ten tools
     result = registry.call(Action(tool="ground", params={"expression": "the red car"}), loaded_image)
 
-What each tool returns: detect_objects / segment_instances -> objects whose label matches a category
-(case-insensitive, singular or plural); detect_all / sar_detect_all -> all objects; ground / sar_ground /
+What each tool returns: detect_objects / segment_instances -> objects whose label names the same class as a category
+(through the class vocabulary, `geopilot.vocabulary`: "planes", "plane" and "airplane" are one class; names in no
+vocabulary compare case-insensitively, singular or plural); detect_all / sar_detect_all -> all objects; ground / sar_ground /
 segment_referring -> the objects of the referring expression equal to the query (normalised spaces and case);
 segment_* add COCO RLE masks (the annotated mask, else the filled polygon, else the box) and area fractions;
-segment_semantic -> per class area + RLE from the mask file; extract_roads -> the road graph; remove_clouds ->
+segment_semantic -> per class area + RLE from the mask file (classes matched through the vocabulary too:
+"cropland" finds OpenEarthMap's "agricultural land"); extract_roads -> the road graph; remove_clouds ->
 the paired cloud-free image as an artefact.
 """
 
@@ -23,16 +25,24 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from pycocotools import mask as mask_utils
 from pydantic import BaseModel, ValidationError
 
-from geopilot.data_gen.records import AnnotationRecord, ObjectAnnotation
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.image import LoadedImage
-from geopilot.tool_output import RLE, Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
-from geopilot.tool_protocol import describe_params_error
-from geopilot.tools.canonical import box_mask, encode_mask, polygon_mask, rle_area_fraction, unit_box, unit_polygon
+from geopilot.records import AnnotationRecord, ObjectAnnotation
+from geopilot.tool_output import RLE, Artifact, Detection, RoadGraph, ToolOutput
+from geopilot.tool_protocol import UNEXPECTED_PARAMETER
+from geopilot.tools.canonical import (
+    box_mask,
+    coco_rle,
+    polygon_mask,
+    rle_area_fraction,
+    segment_class,
+    unit_box,
+    unit_polygon,
+)
 from geopilot.tools.tasks import TASKS_BY_NAME
+from geopilot.vocabulary import canonical_class, is_known_class, normalise
 
 PROVENANCE = "annotations"
 
@@ -42,10 +52,17 @@ class AnnotationMissingError(GeoPilotInputError):
 
 
 def normalise_name(text: str) -> str:
-    words = text.lower().replace("_", " ").replace("-", " ").split()
+    words = normalise(text).split()
     if words and len(words[-1]) > 3 and words[-1].endswith("s") and not words[-1].endswith("ss"):
         words[-1] = words[-1][:-1]  # "planes" ~ "plane", "storage tanks" ~ "storage tank"; "grass" stays
     return " ".join(words)
+
+
+def class_key(text: str) -> str:
+    """What a category or label means: its canonical class, or the normalised words of a name in no vocabulary."""
+    if not text.strip():
+        return ""
+    return canonical_class(text) if is_known_class(text) else normalise_name(text)
 
 
 def normalise_expression(text: str) -> str:
@@ -66,7 +83,8 @@ class AnnotationBackend:
             try:
                 params = TASKS_BY_NAME[tool].params_model.model_validate(params or {})
             except ValidationError as err:
-                raise GeoPilotInputError(f"invalid params for {tool!r}: {describe_params_error(err)}") from None
+                problem = describe_validation_error(err, unknown_key=UNEXPECTED_PARAMETER)
+                raise GeoPilotInputError(f"invalid params for {tool!r}: {problem}") from None
         return self.run(tool, None, params)
 
     def run(self, tool: str, image: LoadedImage | None, params: BaseModel) -> ToolOutput:
@@ -88,19 +106,13 @@ class AnnotationBackend:
 
     # -- objects --------------------------------------------------------------------------------------------------
     def _by_category(self, categories: list[str]) -> list[int]:
-        wanted = {normalise_name(c) for c in categories}
-        return [i for i, obj in enumerate(self.record.objects) if normalise_name(obj.label) in wanted]
+        wanted = {class_key(c) for c in categories}
+        return [i for i, obj in enumerate(self.record.objects) if class_key(obj.label) in wanted]
 
     def _mask(self, obj: ObjectAnnotation) -> RLE:
         width, height = self.record.width, self.record.height
         if obj.mask is not None:
-            size = [int(s) for s in obj.mask["size"]]
-            counts = obj.mask["counts"]
-            if isinstance(counts, list):  # uncompressed RLE -> compressed
-                counts = mask_utils.frPyObjects({"size": size, "counts": counts}, size[0], size[1])["counts"].decode(
-                    "ascii"
-                )
-            return RLE(size=(size[0], size[1]), counts=counts)
+            return coco_rle(obj.mask)
         if obj.polygon is not None and len(obj.polygon) >= 3:
             return polygon_mask(obj.polygon, width, height)
         return box_mask(obj.box, width, height)
@@ -141,15 +153,14 @@ class AnnotationBackend:
             raise AnnotationMissingError(f"semantic mask {path} must be single-channel, got shape {labels.shape}")
         values_by_name: dict[str, list[int]] = {}
         for value, name in semantic.class_names.items():
-            values_by_name.setdefault(normalise_name(name), []).append(int(value))
+            values_by_name.setdefault(class_key(name), []).append(int(value))
         segments, unknown = [], []
         for name in classes:
-            values = values_by_name.get(normalise_name(name))
+            values = values_by_name.get(class_key(name))
             if values is None:
                 unknown.append(name)
                 continue
-            mask = np.isin(labels, values)
-            segments.append(SegmentClass(label=name, area=round(float(mask.mean()), 6), mask=encode_mask(mask)))
+            segments.append(segment_class(name, np.isin(labels, values)))
         message = f"classes not in this dataset's annotations: {', '.join(unknown)}" if unknown else None
         return ToolOutput(provenance=PROVENANCE, segments=segments, message=message)
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from pycocotools import mask as mask_utils
 
-from geopilot.tool_output import DECIMALS, RLE
+from geopilot.tool_output import DECIMALS, RLE, SegmentClass
 
 MIN_SIZE = 10.0**-DECIMALS  # the smallest box side that survives rounding
 
@@ -48,6 +48,22 @@ def encode_mask(mask: np.ndarray) -> RLE:
     """A boolean (H, W) mask -> COCO RLE with string counts."""
     rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
     return RLE(size=(int(rle["size"][0]), int(rle["size"][1])), counts=rle["counts"].decode("ascii"))
+
+
+def coco_rle(mask: dict) -> RLE:
+    """A COCO RLE dict as datasets store it (`counts` compressed string or uncompressed list) -> canonical RLE."""
+    height, width = (int(s) for s in mask["size"])
+    counts = mask["counts"]
+    if isinstance(counts, list):  # uncompressed -> compressed
+        counts = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)["counts"]
+    if isinstance(counts, bytes):
+        counts = counts.decode("ascii")
+    return RLE(size=(height, width), counts=counts)
+
+
+def segment_class(label: str, mask: np.ndarray) -> SegmentClass:
+    """One class of a label map: its area fraction (6 decimals) and its COCO RLE mask."""
+    return SegmentClass(label=label, area=round(float(mask.mean()), 6), mask=encode_mask(mask))
 
 
 def rle_area_fraction(rle: RLE) -> float:

@@ -2,8 +2,9 @@
 
     geopilot tools list [--json]
     geopilot tools run remove_clouds --image cloudy.png --out out/          # writes out/output.json + the image
-    geopilot tools run detect_objects --image scene.tif --params '{"categories": ["ship"]}' --json
-    (both take --config configs/tools.yaml and --set key=value overrides, e.g. --set device=cpu)
+    geopilot tools run detect_objects --image scene.tif --params '{"categories": ["ship"]}' --json device=cpu
+    (both take --config configs/tools.yaml and key=value overrides, as every command does: device=cpu
+     tools.remove_clouds.options.variant=RICE2)
 
 Exit codes: 0 success; 2 bad input (unknown tool, bad params, unreadable or too large image, missing weights,
 a backend that is not available yet); 1 when the tool itself fails.
@@ -16,19 +17,22 @@ import json
 import sys
 from pathlib import Path
 
+from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=None, help="tools YAML (default: configs/tools.yaml)")
-    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--catalog", default=None, help="an indicator catalogue (YAML): its image-free tools instead")
     sub = parser.add_subparsers(dest="action", required=True, metavar="{list,run}")
-    sub.add_parser("list", parents=[common], help="the tools, their backends and whether they are ready")
+    list_parser = sub.add_parser("list", parents=[common], help="the tools, their backends and whether they are ready")
+    add_override_arguments(list_parser, "device=cpu")
     run_parser = sub.add_parser("run", parents=[common], help="run one tool on one image")
     run_parser.add_argument("tool", help="task-level tool name, e.g. detect_objects")
-    run_parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF)")
+    add_override_arguments(run_parser, "device=cpu tools.remove_clouds.options.variant=RICE2")
+    run_parser.add_argument("--image", default=None, help="image file (PNG/JPEG/TIFF/GeoTIFF); not with --catalog")
     run_parser.add_argument(
         "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
     )
@@ -42,12 +46,17 @@ def run(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import binding_status, build_registry, load_tools_config
 
-    config = load_tools_config(args.config, args.set)
-    registry = build_registry(config=config)
     rows = []
-    for schema in registry.schemas():
-        binding = config.tools[schema["name"]]
-        rows.append({**schema, "backend": binding.backend, "status": binding_status(binding)})
+    if args.catalog:
+        from geopilot.tools.indicators.tools import build_indicator_registry
+
+        for schema in build_indicator_registry(args.catalog).schemas():
+            rows.append({**schema, "modality": "none", "backend": "indicators", "status": "ready"})
+    else:
+        config = load_tools_config(args.config, args.overrides)
+        for schema in build_registry(config=config).schemas():
+            binding = config.tools[schema["name"]]
+            rows.append({**schema, "backend": binding.backend, "status": binding_status(binding)})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -75,17 +84,31 @@ def _run(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import build_registry, load_tools_config
 
     params = _parse_params(args.params)
-    config = load_tools_config(args.config, args.set)
-    if args.out:
-        config.artifacts_dir = str(Path(args.out).resolve())
-    registry = build_registry(config=config)
     action = Action(tool=args.tool, params=params)
-    try:
-        tool, _ = registry.validate(action)
-    except ToolCallError as err:
-        raise GeoPilotInputError(str(err)) from None
-    image = load_image(args.image, max_pixels=config.max_pixels)
-    tool.prepare()  # missing weights or an unavailable backend: exit 2 before anything runs
+    if args.catalog:
+        from geopilot.tools.indicators.tools import build_indicator_registry
+
+        if args.image:
+            raise GeoPilotInputError("--image and --catalog do not go together: indicator tools read no image")
+        registry = build_indicator_registry(args.catalog, args.out)
+        image = None
+        try:
+            registry.validate(action)
+        except ToolCallError as err:
+            raise GeoPilotInputError(str(err)) from None
+    else:
+        if not args.image:
+            raise GeoPilotInputError("--image is required (or --catalog for the indicator tools)")
+        config = load_tools_config(args.config, args.overrides)
+        if args.out:
+            config.artifacts_dir = str(Path(args.out).resolve())
+        registry = build_registry(config=config)
+        try:
+            tool, _ = registry.validate(action)
+        except ToolCallError as err:
+            raise GeoPilotInputError(str(err)) from None
+        image = load_image(args.image, max_pixels=config.max_pixels)
+        tool.prepare()  # missing weights or an unavailable backend: exit 2 before anything runs
     result = registry.call(action, image)
     report = {
         "tool": result.tool,

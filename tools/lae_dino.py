@@ -3,9 +3,13 @@
 What LAE-DINO (jaychempan/LAE-DINO, mmdet) adds to Grounding DINO-T, rebuilt here by subclassing HF modules:
 - per-layer box branches: `GroundingDinoConfig(decoder_bbox_embed_share=False)`;
 - VisGT: a second stack of deformable encoder layers runs on the image features (without position embeddings, as
-  upstream passes `query_pos=None`) before the fusion encoder; the mean over all image tokens is ADDED to every text
-  embedding, at inference too (`VisGTEncoder`; deformable layers only, as upstream's
-  `MetaGroundingDinoTransformerEncoder`: 7.7M of the model's 180.6M parameters at Swin-T);
+  upstream passes `query_pos=None`) before the fusion encoder, with the padding mask (pad tokens give no values);
+  the mean over the image tokens is ADDED to every text embedding, at inference too (`VisGTEncoder`; deformable
+  layers only, as upstream's `MetaGroundingDinoTransformerEncoder`: 7.7M of the model's 180.6M parameters at
+  Swin-T). Mask convention: the encoder receives `vision_attention_mask` with True = padding, while transformers'
+  `GroundingDinoDeformableLayer` takes True = valid (its `GroundingDinoEncoderLayer` passes `~key_padding_mask`),
+  so the VisGT layers get the inverted mask too. The mean runs over the valid tokens only, so padding a batch does
+  not change an image's prior; for one unpadded image (how `LaeDino.detect` runs) it is upstream's plain mean;
 - the contrastive head of the official code: `ContrastiveEmbed(max_text_len=256, log_scale=0.0, bias=False)`,
   i.e. logits = (query @ text^T) * exp(log_scale) with one learnable log_scale per prediction layer
   (`LearnableScaleContrastiveEmbedding`, 6 decoder layers + the two-stage encoder output).
@@ -26,12 +30,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from PIL import Image
-from pydantic import Field
 from torch import nn
 from transformers import BertConfig, BertTokenizer, GroundingDinoConfig, GroundingDinoForObjectDetection, SwinConfig
 from transformers.models.grounding_dino.modeling_grounding_dino import (
@@ -39,10 +41,11 @@ from transformers.models.grounding_dino.modeling_grounding_dino import (
     GroundingDinoEncoder,
 )
 
-from geopilot.config import StrictConfig
 from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import Detection
 from geopilot.tools import weights as local_weights
+from geopilot.tools.adapters import LaeDinoOptions
+from geopilot.tools.canonical import unit_box
 from geopilot.tools.lae_dino_keymap import UNUSED_LOCAL, convert_mmdet_state_dict, is_mmdet_state_dict
 
 BACKEND = "lae_dino"
@@ -51,19 +54,6 @@ TOKENIZER_DIR = "bert-base-uncased"
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", ".", "?")  # sub-sentence boundaries, as upstream's special_tokens_list
-
-
-class LaeDinoOptions(StrictConfig):
-    box_threshold: float = Field(0.3, ge=0.0, le=1.0)
-    text_threshold: float = Field(0.25, ge=0.0, le=1.0)
-    max_detections: int = Field(100, ge=1)
-    max_per_image: int = Field(300, ge=1)  # upstream test_cfg.max_per_img, per forward
-    chunk_size: int = Field(40, ge=1)  # categories per forward
-    short_side: int = Field(800, ge=32)
-    max_long_side: int = Field(1333, ge=32)
-    tokenizer_path: str | None = None  # folder with vocab.txt; default <weights folder>/bert-base-uncased
-    half: bool = True  # fp16 on CUDA
-    architecture: Literal["swin-t", "tiny"] = "swin-t"  # "tiny" only makes sense for tests of the loading path
 
 
 class LearnableScaleContrastiveEmbedding(nn.Module):
@@ -101,20 +91,25 @@ class VisGTEncoder(GroundingDinoEncoder):
         level_start_index,
         valid_ratios,
     ):
-        """(batch, 1, d_model): the image tokens after the VisGT layers, averaged (padding included, as upstream)."""
+        """(batch, 1, d_model): the valid image tokens after the VisGT layers, averaged.
+
+        `vision_attention_mask` is True at padding (the encoder's convention); the deformable layers want True at
+        valid tokens, exactly as `GroundingDinoEncoderLayer` hands its own deformable layer `~key_padding_mask`."""
         reference_points = self.get_reference_points(spatial_shapes_list, valid_ratios, device=vision_features.device)
+        valid = ~vision_attention_mask.bool()
         hidden = vision_features
         for layer in self.visgt_layers:
             hidden, _ = layer(
                 hidden_states=hidden,
-                attention_mask=vision_attention_mask,
+                attention_mask=valid,
                 position_embeddings=None,
                 reference_points=reference_points,
                 spatial_shapes=spatial_shapes,
                 spatial_shapes_list=spatial_shapes_list,
                 level_start_index=level_start_index,
             )
-        return hidden.mean(dim=1, keepdim=True)
+        weights = valid.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(dim=1, keepdim=True) / weights.sum(dim=1, keepdim=True).clamp(min=1.0)
 
     def forward(
         self,
@@ -281,14 +276,7 @@ def build_prompt_chunks(tokenizer, categories: list[str], chunk_size: int, max_t
     return result
 
 
-def _unit_box(cx: float, cy: float, w: float, h: float) -> tuple[float, float, float, float] | None:
-    """cxcywh in [0,1] -> rounded xyxy, or None when the box collapses at 3 decimals."""
-    x1, y1 = round(min(max(cx - w / 2, 0.0), 1.0), 3), round(min(max(cy - h / 2, 0.0), 1.0), 3)
-    x2, y2 = round(min(max(cx + w / 2, 0.0), 1.0), 3), round(min(max(cy + h / 2, 0.0), 1.0), 3)
-    return (x1, y1, x2, y2) if x1 < x2 and y1 < y2 else None
-
-
-class LaeDinoBackend:
+class LaeDino:
     """`detect(image, categories) -> list[Detection]` with LAE-DINO."""
 
     def __init__(self, model: LaeDinoForObjectDetection, tokenizer, options: LaeDinoOptions, device: torch.device):
@@ -297,7 +285,7 @@ class LaeDinoBackend:
         self.model.model.special_tokens.copy_(torch.tensor(special_ids, dtype=torch.long))
 
     @classmethod
-    def tiny(cls, seed: int = 0, **options) -> LaeDinoBackend:
+    def tiny(cls, seed: int = 0, **options) -> LaeDino:
         """Random weights, tiny sizes, in-memory tokenizer: for tests and dry runs (outputs are meaningless)."""
         torch.manual_seed(seed)
         tokenizer = tiny_tokenizer()
@@ -308,7 +296,7 @@ class LaeDinoBackend:
         return cls(model, tokenizer, opts, torch.device("cpu"))
 
     @classmethod
-    def from_weights(cls, weights_path: str | None, device: str = "cpu", **options) -> LaeDinoBackend:
+    def from_weights(cls, weights_path: str | None, device: str = "cpu", **options) -> LaeDino:
         opts = LaeDinoOptions(**options)
         checkpoint = local_weights.resolve_weights(BACKEND, weights_path, filename=CHECKPOINT_FILE)
         if checkpoint.is_dir():
@@ -366,10 +354,10 @@ class LaeDinoBackend:
             query, column = divmod(index, len(usable))
             if score < o.box_threshold or best_token[query, column] < o.text_threshold:
                 continue
-            box = _unit_box(*boxes[query].tolist())
-            if box is not None:
-                label = chunk.categories[usable[column]]
-                found.append((score, Detection(label=label, box=box, score=min(max(score, 0.0), 1.0))))
+            cx, cy, w, h = boxes[query].tolist()
+            box = unit_box(cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+            label = chunk.categories[usable[column]]
+            found.append((score, Detection(label=label, box=box, score=min(max(score, 0.0), 1.0))))
         return found
 
     def detect(self, image: Image.Image, categories: list[str]) -> list[Detection]:

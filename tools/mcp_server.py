@@ -2,43 +2,49 @@
 
     geopilot mcp --transport stdio                        # for Claude Desktop / agent frameworks
     geopilot mcp --transport http --host 127.0.0.1 --port 8765     # streamable HTTP at http://HOST:PORT/mcp
+    geopilot mcp --transport stdio device=cpu             # key=value overrides of configs/tools.yaml
 
-Each MCP tool takes the registry tool's parameters plus `image`: either a path to a local file on the server's
-machine, or the image bytes in base64 (plain, or as a `data:image/...;base64,` URI). URLs are refused: the server
-never fetches anything. Parameters are checked by the ToolRegistry dispatcher (the same one inference uses);
-any failure comes back as a result with `is_error=True` and a message naming the field. A success returns the
+Each MCP tool takes the registry tool's parameters plus `image`: the image bytes in base64 (plain, or as a
+`data:image/...;base64,` URI), or a path to a file under one of the `image_roots` of the tools config (none by
+default: then only inline bytes are accepted). URLs are refused: the server never fetches anything. What a caller
+may read is `geopilot.image_access.ImageAccessPolicy`; its refusals never say whether a path exists. Parameters are
+checked by the ToolRegistry dispatcher (the same one inference uses, with its timeout that stops the work); any
+failure comes back as a result with `is_error=True` and a one-line message naming the field. A success returns the
 canonical ToolOutput as JSON text and as `structured_content`.
+
+HTTP: `--api-key KEY` (or env GEOPILOT_API_KEY) makes every request carry `Authorization: Bearer KEY` (401
+otherwise). Binding a host that is not loopback prints a warning and needs a key: without one the server refuses
+to start (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
+import hmac
+import ipaddress
 import json
-import re
-from pathlib import Path
+import os
+import sys
 from typing import Any
 
 import anyio
 import mcp.types as types
 from mcp.server.lowlevel import Server
 
+from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage, load_image
+from geopilot.image_access import ARGUMENT, ImageAccessPolicy
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
 
 SERVER_NAME = "geopilot-tools"
-IMAGE_ARGUMENT = "image"
+IMAGE_ARGUMENT = ARGUMENT
 IMAGE_SCHEMA = {
     "type": "string",
-    "description": "the image: a path to a local file on the server's machine, or base64-encoded PNG/JPEG/TIFF bytes "
-    "(optionally as a data:image/...;base64, URI). URLs are refused.",
+    "description": "the image: base64-encoded PNG/JPEG/TIFF/WebP bytes (optionally as a data:image/...;base64, URI), "
+    "or a path to a file under the server's image roots, if it has any. URLs are refused.",
 }
-_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-_DATA_URI = re.compile(r"^data:image/[a-zA-Z0-9.+-]+;base64,", re.ASCII)
-MAX_PATH_CHARS = 4096
+API_KEY_ENV = "GEOPILOT_API_KEY"
 
 
 def input_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
@@ -49,35 +55,25 @@ def input_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def decode_image(value: Any, max_pixels: int) -> LoadedImage:
-    """`image` argument -> LoadedImage; raises GeoPilotInputError naming the field."""
-    if not isinstance(value, str) or not value.strip():
-        raise GeoPilotInputError(f"{IMAGE_ARGUMENT}: required (a local file path or base64 image data)")
-    value = value.strip()
-    if _URL.match(value):
-        raise GeoPilotInputError(f"{IMAGE_ARGUMENT}: URLs are not fetched; pass a local file path or base64 image data")
-    if _DATA_URI.match(value):
-        value = value.split(",", 1)[1]
-    elif len(value) < MAX_PATH_CHARS and "\n" not in value and Path(value).expanduser().is_file():
-        return load_image(Path(value).expanduser(), max_pixels=max_pixels)
-    try:
-        data = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise GeoPilotInputError(
-            f"{IMAGE_ARGUMENT}: neither an existing local file nor valid base64 image data"
-        ) from None
-    return load_image(data, max_pixels=max_pixels)
-
-
 def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    """A failed call: its message on one line (a pydantic error spans several)."""
+    one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return types.CallToolResult(content=[types.TextContent(type="text", text=one_line)], is_error=True)
 
 
-def build_server(registry: ToolRegistry, max_pixels: int) -> Server:
+def build_server(registry: ToolRegistry, max_pixels: int, access: ImageAccessPolicy | None = None) -> Server:
+    """`access`: which images callers may name (default: inline bytes only)."""
+    access = access if access is not None else ImageAccessPolicy()
+
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=s["name"], description=s["description"], input_schema=input_schema(s["input_schema"]))
+                types.Tool(
+                    name=s["name"],
+                    description=s["description"],
+                    # image-free tools (modality None, e.g. indicator rasters) take their params alone
+                    input_schema=input_schema(s["input_schema"]) if s["modality"] is not None else s["input_schema"],
+                )
                 for s in registry.schemas()
             ]
         )
@@ -87,8 +83,11 @@ def build_server(registry: ToolRegistry, max_pixels: int) -> Server:
         image_value = arguments.pop(IMAGE_ARGUMENT, None)
         action = Action(tool=params.name, params=arguments)
         try:
-            registry.validate(action)  # params errors first, even without an image
-            image = await anyio.to_thread.run_sync(decode_image, image_value, max_pixels)
+            tool, _ = registry.validate(action)  # params errors first, even without an image
+            if tool.modality is None:
+                image = None
+            else:
+                image = await anyio.to_thread.run_sync(access.load, image_value, max_pixels)
         except (ToolCallError, GeoPilotInputError) as err:
             return _error(str(err))
         result = await anyio.to_thread.run_sync(registry.call, action, image)
@@ -103,18 +102,80 @@ def build_server(registry: ToolRegistry, max_pixels: int) -> Server:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="http only")
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="how clients connect")
+    parser.add_argument("--host", default="127.0.0.1", help="http only: address to bind (not loopback: needs a key)")
     parser.add_argument("--port", type=int, default=8765, help="http only")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"http only: the bearer token every request must carry (default: env {API_KEY_ENV}; none on loopback)",
+    )
     parser.add_argument("--config", default=None, help="tools YAML (default: configs/tools.yaml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    parser.add_argument("--catalog", default=None, help="serve the indicator tools of this catalogue (YAML) instead")
+    add_override_arguments(parser, "device=cpu max_pixels=50000000 'image_roots=[/data/scenes]'")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def http_api_key(host: str, api_key: str | None) -> str | None:
+    """The key HTTP requests must carry; refuses a non-loopback bind without one (and warns about it with one)."""
+    key = api_key or os.environ.get(API_KEY_ENV) or None
+    if not is_loopback(host):
+        if key is None:
+            raise GeoPilotInputError(
+                f"refusing to serve MCP on {host} (not loopback) without an API key: pass --api-key or set {API_KEY_ENV}"
+            )
+        print(
+            f"geopilot mcp: warning: serving on {host}, reachable from other machines; every request needs the API key",
+            file=sys.stderr,
+        )
+    return key
+
+
+class RequireApiKey:
+    """ASGI middleware: 401 unless `Authorization: Bearer KEY` (compared in constant time)."""
+
+    def __init__(self, app, key: str):
+        self.app, self.key = app, key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key.encode()):
+                body = json.dumps({"error": "missing or wrong API key (Authorization: Bearer KEY)"}).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
 
 
 def run(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import build_registry, load_tools_config
 
-    config = load_tools_config(args.config, args.set)
-    server = build_server(build_registry(config=config), config.max_pixels)
+    config = load_tools_config(args.config, args.overrides)
+    key = http_api_key(args.host, args.api_key) if args.transport == "http" else None
+    access = ImageAccessPolicy.from_roots(config.image_roots)
+    if args.catalog:
+        from geopilot.tools.indicators.tools import build_indicator_registry
+
+        server = build_server(build_indicator_registry(args.catalog), config.max_pixels, access)
+    else:
+        server = build_server(build_registry(config=config), config.max_pixels, access)
     if args.transport == "stdio":
         from mcp.server.stdio import stdio_server
 
@@ -126,5 +187,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import uvicorn
 
-    uvicorn.run(server.streamable_http_app(host=args.host), host=args.host, port=args.port, log_level="warning")
+    app = server.streamable_http_app(host=args.host)
+    uvicorn.run(RequireApiKey(app, key) if key else app, host=args.host, port=args.port, log_level="warning")
     return 0

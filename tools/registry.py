@@ -3,6 +3,7 @@
     registry = build_registry()                                  # configs/tools.yaml, weights loaded on first call
     registry = build_registry(overrides=["device=cpu", "tools.remove_clouds.options.variant=RICE2"])
     registry = build_registry(annotations=record)                # ground truth for data_gen (provenance=annotations)
+    registry = annotation_registry(record, root)                 # the same, without reading configs/tools.yaml
 
 `BACKENDS` below is the one place that says which specialist model serves which tools and how it is built.
 Backend modules are imported inside their constructor functions, so the registry builds without them
@@ -12,33 +13,38 @@ Backend modules are imported inside their constructor functions, so the registry
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from geopilot.artifacts import artifacts_dir as resolve_artifacts_dir
 from geopilot.config import StrictConfig, describe_validation_error, load_config
-from geopilot.data_gen.records import AnnotationRecord
 from geopilot.errors import ConfigError, GeoPilotInputError
 from geopilot.image import DEFAULT_MAX_PIXELS
+from geopilot.records import AnnotationRecord
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import (
     CloudRemovalAdapter,
     DetectorAdapter,
     DetectorOptions,
-    NoOptions,
+    MaskSegmenterAdapter,
+    RemoteSamOptions,
+    RoadExtractorAdapter,
+    SamRoadOptions,
+    SarDetectorOptions,
     SegmenterAdapter,
     SegmenterOptions,
     SpaGanOptions,
 )
-from geopilot.tools.spa_gan import CHECKPOINT_NAME
 from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool, UnavailableBackend
 from geopilot.tools.weights import pick_device, resolve_weights
 
+DEFAULT_TIMEOUT_S = 120.0  # per tool call
+SPA_GAN_CHECKPOINT = "gen_model_epoch_200.pth"  # upstream's file in pretrained_models/RICE1|RICE2/
 # configs/ ships inside the distribution as `geopilot.configs`, so the default works from a wheel too.
 DEFAULT_CONFIG = Path(str(resources.files("geopilot.configs") / "tools.yaml"))
 
@@ -48,13 +54,19 @@ class ToolBinding(StrictConfig):
     weights: str | None = None  # explicit file or folder; else $GEOPILOT_WEIGHTS_DIR/<weights_name or backend>/
     weights_name: str | None = None  # folder name under $GEOPILOT_WEIGHTS_DIR when it differs from the backend's
     options: dict[str, Any] = {}
+    # "thread": cooperative cancellation (GPU-safe, the default); "process": a forked worker killed on timeout (CPU
+    # only, for a backend without cancellation points). geopilot/tool_protocol.py explains both.
+    isolation: Literal["thread", "process"] = "thread"
 
 
 class ToolsConfig(StrictConfig):
     device: str = "auto"  # "auto" = CUDA when present
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     max_pixels: int = Field(DEFAULT_MAX_PIXELS, ge=1)  # larger images are refused by every tool
-    artifacts_dir: str | None = None  # where restored images go; default: <tmp>/geopilot-artifacts
+    artifacts_dir: str | None = None  # where restored images go; default: a private per-process folder (0700)
+    # Folders whose files the MCP server (and `geopilot serve`) may read as images; none by default, so those
+    # accept inline image bytes only. The CLI on the user's own files does not use this (geopilot/image_access.py).
+    image_roots: list[str] = []
     tools: dict[str, ToolBinding]
 
     @model_validator(mode="after")
@@ -73,6 +85,10 @@ class ToolsConfig(StrictConfig):
                 raise ValueError(
                     f"tools.{name}.backend: {binding.backend!r} cannot serve {name!r} (it serves {sorted(spec.tasks)})"
                 )
+            try:  # typed options (a misspelt key fails here, when the config loads, not at the first call)
+                spec.options_model.model_validate(binding.options)
+            except ValidationError as err:
+                raise ValueError(describe_validation_error(err, f"tools.{name}.options")) from None
         return self
 
 
@@ -87,28 +103,53 @@ class BackendSpec:
 
 
 def _load_lae_dino(weights: Path, device: str, options: DetectorOptions):
-    from geopilot.tools.lae_dino import LaeDinoBackend
+    from geopilot.tools.lae_dino import LaeDino
 
-    return LaeDinoBackend.from_weights(str(weights), device=device, **options.model)
+    return LaeDino.from_weights(str(weights), device=device, **options.model.model_dump())
 
 
 def _load_segearth_ov(weights: Path, device: str, options: SegmenterOptions):
-    from geopilot.tools.segearth_ov import SegEarthOVBackend
+    from geopilot.tools.segearth_ov import SegEarthOV
 
-    return SegEarthOVBackend.from_weights(str(weights), device=device, **options.model)
+    return SegEarthOV.from_weights(str(weights), device=device, **options.model)
 
 
 def _load_spa_gan(weights: Path, device: str, options: SpaGanOptions):
-    from geopilot.tools.spa_gan import SpaGanBackend
+    from geopilot.tools.spa_gan import SpaGan
 
-    return SpaGanBackend.from_weights(weights, device=device, half=options.half, tile_size=options.tile_size)
+    return SpaGan.from_weights(weights, device=device, half=options.half, tile_size=options.tile_size)
+
+
+def _load_remotesam(weights: Path, device: str, options: RemoteSamOptions):
+    from geopilot.tools.remotesam import RemoteSam
+
+    return RemoteSam.from_weights(weights, device=device, **options.model_dump())
+
+
+def _load_sam_road(weights: Path, device: str, options: SamRoadOptions):
+    from geopilot.tools.sam_road import SamRoad
+
+    return SamRoad.from_weights(weights, device=device, **options.model_dump())
+
+
+def _sam_road_checkpoint(options: SamRoadOptions) -> str:
+    from geopilot.tools.sam_road_graph import PRESETS  # torch-free
+
+    return PRESETS[options.preset].checkpoint
+
+
+def _load_denodet(weights: Path, device: str, options: SarDetectorOptions):
+    from geopilot.tools.denodet import DenoDet
+
+    return DenoDet.from_weights(weights, device=device, **options.model.model_dump())
 
 
 def _model_options(options) -> str:
-    return json.dumps(options.model, sort_keys=True, default=str)
+    model = options.model.model_dump(mode="json") if isinstance(options.model, StrictConfig) else options.model
+    return json.dumps(model, sort_keys=True, default=str)
 
 
-# backend name -> what it serves and how it is built. RemoteSAM, SAM-Road and DenoDet come in a later issue.
+# backend name -> what it serves and how it is built.
 BACKENDS: dict[str, BackendSpec] = {
     "lae_dino": BackendSpec(
         tasks=frozenset({"detect_objects", "detect_all", "ground", "sar_detect_all", "sar_ground"}),
@@ -121,7 +162,7 @@ BACKENDS: dict[str, BackendSpec] = {
         tasks=frozenset({"segment_semantic"}),
         options_model=SegmenterOptions,
         load=_load_segearth_ov,
-        adapt=lambda model, options, artifacts_dir: SegmenterAdapter(model),
+        adapt=lambda model, options, artifacts_dir: SegmenterAdapter(model, options),
         load_key=_model_options,
     ),
     "spa_gan": BackendSpec(
@@ -130,13 +171,31 @@ BACKENDS: dict[str, BackendSpec] = {
         load=_load_spa_gan,
         adapt=lambda model, options, artifacts_dir: CloudRemovalAdapter(model, artifacts_dir),
         load_key=lambda options: f"{options.variant}/{options.half}/{options.tile_size}",
-        weights_file=lambda options: f"{options.variant}/{CHECKPOINT_NAME}",
+        weights_file=lambda options: f"{options.variant}/{SPA_GAN_CHECKPOINT}",
     ),
     "remotesam": BackendSpec(
-        frozenset({"ground", "segment_instances", "segment_referring", "segment_semantic"}), NoOptions, None, None
+        tasks=frozenset({"ground", "segment_instances", "segment_referring", "segment_semantic"}),
+        options_model=RemoteSamOptions,
+        load=_load_remotesam,
+        adapt=lambda model, options, artifacts_dir: MaskSegmenterAdapter(model),
+        load_key=lambda options: options.model_dump_json(),
+        weights_file=lambda options: "checkpoint.pth",  # geopilot.tools.remotesam.CHECKPOINT
     ),
-    "sam_road": BackendSpec(frozenset({"extract_roads"}), NoOptions, None, None),
-    "denodet": BackendSpec(frozenset({"sar_detect_all"}), NoOptions, None, None),
+    "sam_road": BackendSpec(
+        tasks=frozenset({"extract_roads"}),
+        options_model=SamRoadOptions,
+        load=_load_sam_road,
+        adapt=lambda model, options, artifacts_dir: RoadExtractorAdapter(model),
+        load_key=lambda options: options.model_dump_json(),
+        weights_file=_sam_road_checkpoint,
+    ),
+    "denodet": BackendSpec(
+        tasks=frozenset({"sar_detect_all"}),
+        options_model=SarDetectorOptions,
+        load=_load_denodet,
+        adapt=lambda model, options, artifacts_dir: DetectorAdapter(model, options),
+        load_key=_model_options,
+    ),
 }
 
 
@@ -169,7 +228,24 @@ def binding_status(binding: ToolBinding) -> str:
 
 
 def _artifacts_dir(config: ToolsConfig) -> Path:
-    return Path(config.artifacts_dir) if config.artifacts_dir else Path(tempfile.gettempdir()) / "geopilot-artifacts"
+    """The configured folder, or this process's private one (mode 0700; geopilot.artifacts)."""
+    return resolve_artifacts_dir(config.artifacts_dir)
+
+
+def annotation_registry(
+    record: AnnotationRecord,
+    root: str | Path | None = None,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ToolRegistry:
+    """The ten task-level tools, every one answering from `record` (ground truth, provenance "annotations").
+
+    What data_gen validates plans with and calls tools through; it needs no tools config (no specialist is bound)."""
+    from geopilot.tools.annotations import AnnotationBackend
+
+    truth = AnnotationBackend(record, root=root)
+    return ToolRegistry([TaskTool(spec, truth, "annotations", max_pixels) for spec in TASKS], timeout_s)
 
 
 def build_registry(
@@ -183,12 +259,7 @@ def build_registry(
     """The ten task-level tools as a ToolRegistry. With `annotations`, every tool answers from that record."""
     config = config if config is not None else load_tools_config(config_path, overrides)
     if annotations is not None:
-        from geopilot.tools.annotations import AnnotationBackend
-
-        truth = AnnotationBackend(annotations, root=annotations_root)
-        return ToolRegistry(
-            [TaskTool(spec, truth, "annotations", config.max_pixels) for spec in TASKS], config.timeout_s
-        )
+        return annotation_registry(annotations, annotations_root, max_pixels=config.max_pixels, timeout_s=config.timeout_s)
 
     models: dict[tuple, LazyModel] = {}  # one model in memory per (backend, weights, load options)
     tools = []
@@ -200,6 +271,7 @@ def build_registry(
                 _backend(binding, backend_options(spec.name, binding), config, models),
                 binding.backend,
                 config.max_pixels,
+                isolation=binding.isolation,
             )
         )
     return ToolRegistry(tools, config.timeout_s)
@@ -216,5 +288,5 @@ def _backend(
         models[key] = LazyModel(
             binding.backend, lambda: spec.load(weights_path(binding, options), str(pick_device(config.device)), options)
         )
-    artifacts_dir = _artifacts_dir(config)
-    return LazyBackend(models[key], lambda model: spec.adapt(model, options, artifacts_dir))
+    # the artefact folder is resolved when the adapter is built (first call), so a registry alone makes no folder
+    return LazyBackend(models[key], lambda model: spec.adapt(model, options, _artifacts_dir(config)))

@@ -35,14 +35,14 @@ import torch
 import torch.nn.functional as F
 from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES
 from PIL import Image
-from pycocotools import mask as mask_utils
 from pydantic import Field
 from torch import nn
 
 from geopilot.config import StrictConfig
 from geopilot.errors import GeoPilotInputError, WeightsError
-from geopilot.tool_output import RLE, SegmentClass
+from geopilot.tool_output import SegmentClass
 from geopilot.tools import weights as local_weights
+from geopilot.tools.canonical import segment_class
 
 BACKEND = "segearth_ov"
 CLIP_FILE = "open_clip_model.safetensors"  # an open_clip state dict of OpenAI CLIP ViT-B/16
@@ -65,7 +65,7 @@ class SegEarthOptions(StrictConfig):
     upsampler_path: str | None = None  # default: <weights folder>/<UPSAMPLER_FILES[upsampler]>
     cls_token_lambda: float = -0.3
     logit_scale: float = Field(50.0, gt=0.0)
-    prob_threshold: float = Field(0.1, ge=0.0, le=1.0)  # upstream uses 0.1 where a background class exists
+    prob_threshold: float = Field(0.1, ge=0.0, le=1.0)  # upstream's OpenEarthMap prob_thd; per call: segment(...)
     background: str = "background"
     long_side: int = Field(448, ge=16)
     slide_crop: int = Field(224, ge=16)
@@ -257,7 +257,7 @@ def _queries(classes: list[str], background: str) -> tuple[list[str], list[int],
     return queries, index, (requested_bg if requested_bg is not None else 0), requested_bg is not None
 
 
-class SegEarthOVBackend:
+class SegEarthOV:
     """`segment(image, classes) -> list[SegmentClass]` with SegEarth-OV."""
 
     def __init__(
@@ -270,7 +270,7 @@ class SegEarthOVBackend:
         self._text_cache: dict[str, torch.Tensor] = {}
 
     @classmethod
-    def tiny(cls, seed: int = 0, **options) -> SegEarthOVBackend:
+    def tiny(cls, seed: int = 0, **options) -> SegEarthOV:
         """Random weights, tiny sizes: for tests and dry runs (outputs are meaningless)."""
         torch.manual_seed(seed)
         opts = SegEarthOptions(**{"long_side": 96, "slide_crop": 64, "slide_stride": 32, **options})
@@ -280,7 +280,7 @@ class SegEarthOVBackend:
         return cls(clip, tokenizer, upsampler, opts, torch.device("cpu"))
 
     @classmethod
-    def from_weights(cls, weights_path: str | None, device: str = "cpu", **options) -> SegEarthOVBackend:
+    def from_weights(cls, weights_path: str | None, device: str = "cpu", **options) -> SegEarthOV:
         opts = SegEarthOptions(**options)
         clip_file = local_weights.resolve_weights(BACKEND, weights_path, filename=CLIP_FILE)
         if clip_file.is_dir():
@@ -377,9 +377,12 @@ class SegEarthOVBackend:
         return torch.from_numpy(array).permute(2, 0, 1)[None].to(self.device)
 
     @torch.no_grad()
-    def label_map(self, image: Image.Image, classes: list[str]) -> tuple[np.ndarray, list[int], int, bool]:
+    def label_map(
+        self, image: Image.Image, classes: list[str], prob_threshold: float | None = None
+    ) -> tuple[np.ndarray, list[int], int, bool]:
         """(H, W) class indices into [background?] + classes, plus the query->class index, background index, flag."""
         o = self.options
+        threshold = o.prob_threshold if prob_threshold is None else prob_threshold
         queries, index, background, requested_bg = _queries(classes, o.background)
         text = self.text_features(queries)
         logits = self._slide(self._pixels(image), text)
@@ -391,31 +394,27 @@ class SegEarthOVBackend:
         query_class = torch.tensor(index, device=probs.device)
         class_probs = torch.stack([probs[query_class == k].max(0).values for k in range(max(index) + 1)])
         best, labels = class_probs.max(0)
-        labels[best < o.prob_threshold] = background
+        labels[best < threshold] = background
         labels = labels.cpu().numpy().astype(np.int32)
         if not full:
             labels = np.asarray(Image.fromarray(labels).resize((width, height), Image.Resampling.NEAREST))
         return labels, index, background, requested_bg
 
-    def segment(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]:
+    def segment(
+        self, image: Image.Image, classes: list[str], prob_threshold: float | None = None
+    ) -> list[SegmentClass]:
+        """One SegmentClass per class present. `prob_threshold` overrides the option for this call (the adapter
+        passes the threshold upstream tuned for the class file its prompts come from, `geopilot.vocabulary`)."""
         names = list(dict.fromkeys(c.strip() for c in classes))
         if not names or any(not [s for s in n.split(",") if s.strip()] for n in names):
             raise GeoPilotInputError("SegEarth-OV needs at least one non-empty class name")
-        labels, _, _, requested_bg = self.label_map(image, names)
+        labels, _, _, requested_bg = self.label_map(image, names, prob_threshold)
         offset = 0 if requested_bg else 1  # class k of `names` is label k + offset
         out = []
         for k, name in enumerate(names):
             mask = labels == k + offset
-            if not mask.any():
-                continue
-            rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-            out.append(
-                SegmentClass(
-                    label=name,
-                    area=float(mask.mean()),
-                    mask=RLE(size=(int(rle["size"][0]), int(rle["size"][1])), counts=rle["counts"].decode("ascii")),
-                )
-            )
+            if mask.any():
+                out.append(segment_class(name, mask))
         return out
 
 

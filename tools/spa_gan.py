@@ -9,7 +9,7 @@ the result, so they have no effect; we skip that computation (the parameters sta
 I/O contract of the checkpoints: BGR floats in [0, 1], CHW; returns (attention, restored); restored is clipped to
 [0, 1] and converted to 8 bits by truncation, as upstream's demo does (`(clip(x) * 255).astype("uint8")`).
 
-    backend = SpaGanBackend.from_weights("/path/RICE1/gen_model_epoch_200.pth")
+    backend = SpaGan.from_weights("/path/RICE1/gen_model_epoch_200.pth")
     result = backend.restore(pil_image)   # -> CloudRemoval(restored=PIL RGB, attention=HxW float array)
 """
 
@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from geopilot.cancellation import check_cancelled
 from geopilot.tools.weights import load_strict, pick_device, place, read_state_dict, remap_keys
 
 WIDTH = 32
@@ -32,7 +33,6 @@ N_BLOCKS = 17
 GATED_BLOCKS = range(3, 15)  # 0-based indices of blocks 4..15, gated by the attention map
 ATTENTION_AFTER = (3, 6, 9, 12)  # the shared SAM is re-evaluated before blocks 4, 7, 10, 13
 VARIANTS = ("RICE1", "RICE2")
-CHECKPOINT_NAME = "gen_model_epoch_200.pth"
 # Receptive radius: stem 1 + 17 dilated 3x3 blocks x 2 + 4 SAM passes x 2 (two one-pixel IRNN shifts) + head 1 = 44 px.
 TILE_MARGIN = 48
 
@@ -113,6 +113,7 @@ class SpaNet(nn.Module):
         out = F.relu(self.stem(x))
         attention = None
         for index, block in enumerate(self.blocks):
+            check_cancelled()  # a timed-out call stops between blocks too (geopilot.cancellation; eager mode only)
             if index in ATTENTION_AFTER:
                 attention = self.attention(out)
             residual = block(out)
@@ -153,7 +154,7 @@ class CloudRemoval:
     attention: np.ndarray  # (H, W) float32 in [0, 1]: where the generator saw cloud
 
 
-class SpaGanBackend:
+class SpaGan:
     """Cloud removal with one SpaNet. Images larger than `tile_size` run in tiles with a margin wider than the
     generator's receptive field, so the result equals a whole-image pass without its memory (0 = never tile)."""
 
@@ -164,7 +165,7 @@ class SpaGanBackend:
     @classmethod
     def from_weights(
         cls, weights_path: str | Path, device: str = "cpu", half: bool = True, tile_size: int = 1024
-    ) -> SpaGanBackend:
+    ) -> SpaGan:
         state = remap_keys(read_state_dict(weights_path), upstream_key_to_ours)
         model = SpaNet()
         load_strict(model, state, source=str(weights_path))
@@ -172,7 +173,7 @@ class SpaGanBackend:
         return cls(place(model, chosen, half_on_cuda=half), chosen, tile_size)
 
     @classmethod
-    def tiny(cls, seed: int = 0, tile_size: int = 1024, tile_margin: int = TILE_MARGIN) -> SpaGanBackend:
+    def tiny(cls, seed: int = 0, tile_size: int = 1024, tile_margin: int = TILE_MARGIN) -> SpaGan:
         """Random weights (the real generator is already small: 219,300 parameters)."""
         torch.manual_seed(seed)
         return cls(SpaNet().eval(), torch.device("cpu"), tile_size, tile_margin)
@@ -197,6 +198,7 @@ class SpaGanBackend:
                 y1, x1 = min(y0 + tile, height), min(x0 + tile, width)
                 wy0, wx0 = max(0, y0 - margin), max(0, x0 - margin)
                 wy1, wx1 = min(height, y1 + margin), min(width, x1 + margin)
+                check_cancelled()  # a timed-out call stops here, between tiles (geopilot.cancellation)
                 att, out = self._forward(bgr_chw[:, wy0:wy1, wx0:wx1])
                 attention[y0:y1, x0:x1] = att[y0 - wy0 : y1 - wy0, x0 - wx0 : x1 - wx0]
                 restored[:, y0:y1, x0:x1] = out[:, y0 - wy0 : y1 - wy0, x0 - wx0 : x1 - wx0]

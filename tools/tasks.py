@@ -15,10 +15,11 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from geopilot.cancellation import check_cancelled
 from geopilot.errors import GeoPilotInputError, ImageInputError
 from geopilot.image import LoadedImage
+from geopilot.sample import Modality
 from geopilot.tool_output import ToolOutput
-from geopilot.tool_protocol import Modality
 from geopilot.tools.geo import to_geojson
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -216,8 +217,10 @@ class LazyBackend:
 class TaskTool:
     """One task-level tool bound to one backend."""
 
-    def __init__(self, spec: TaskSpec, backend: Backend, backend_name: str, max_pixels: int):
-        self.spec = spec
+    def __init__(
+        self, spec: TaskSpec, backend: Backend, backend_name: str, max_pixels: int, isolation: str = "thread"
+    ):
+        self.spec, self.isolation = spec, isolation  # isolation: how ToolRegistry.call stops it on timeout
         self.name, self.description = spec.name, spec.description
         self.modality, self.params_model = spec.modality, spec.params_model
         self.backend, self.backend_name, self.max_pixels = backend, backend_name, max_pixels
@@ -235,6 +238,7 @@ class TaskTool:
             raise ImageInputError(
                 f"image of {width}x{height} = {width * height:,} pixels exceeds the tools limit of {self.max_pixels:,}"
             )
+        check_cancelled()  # timed out while waiting for the model to load
         output = self.backend.run(self.name, image, params)
         if image.georef is not None and (output.detections or output.roads is not None):
             output = output.model_copy(update={"geojson": to_geojson(output, image.georef, self.name)})

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 from PIL import Image
 
+from geopilot.cancellation import check_cancelled
 from geopilot.tool_output import Detection
 from geopilot.tools.canonical import pixel_box, unit_polygon
 
@@ -45,22 +46,22 @@ def tile_windows(width: int, height: int, tile: int, overlap: int) -> list[tuple
     ]
 
 
-def overlaps(boxes: torch.Tensor, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def overlaps(boxes: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """IoU of `box` (4,) with each of `boxes` (N, 4), and the fraction of `box` that lies inside each of them."""
-    lt = torch.maximum(boxes[:, :2], box[:2])
-    rb = torch.minimum(boxes[:, 2:], box[2:])
-    inter = (rb - lt).clamp(min=0).prod(dim=1)
-    areas = (boxes[:, 2:] - boxes[:, :2]).clamp(min=0).prod(dim=1)
-    area = (box[2:] - box[:2]).clamp(min=0).prod()
-    return inter / (areas + area - inter).clamp(min=1e-12), inter / area.clamp(min=1e-12)
+    lt = np.maximum(boxes[:, :2], box[:2])
+    rb = np.minimum(boxes[:, 2:], box[2:])
+    inter = (rb - lt).clip(min=0).prod(axis=1)
+    areas = (boxes[:, 2:] - boxes[:, :2]).clip(min=0).prod(axis=1)
+    area = (box[2:] - box[:2]).clip(min=0).prod()
+    return inter / np.maximum(areas + area - inter, 1e-12), inter / max(area, 1e-12)
 
 
 def merge_detections(
-    boxes: torch.Tensor, scores: torch.Tensor, cut: torch.Tensor, iou_threshold: float, containment: float
+    boxes: np.ndarray, scores: np.ndarray, cut: np.ndarray, iou_threshold: float, containment: float
 ) -> list[int]:
     """Greedy NMS over one label's boxes, plus suppression of cut fragments; returns kept indices."""
     # Whole boxes before cut ones, then by score, then larger first: a fragment never outranks its object.
-    areas = (boxes[:, 2:] - boxes[:, :2]).prod(dim=1)
+    areas = (boxes[:, 2:] - boxes[:, :2]).prod(axis=1)
     order = sorted(range(len(boxes)), key=lambda i: (bool(cut[i]), -float(scores[i]), -float(areas[i])))
     kept: list[int] = []
     for i in order:
@@ -72,7 +73,7 @@ def merge_detections(
     return kept
 
 
-def join_fragments(boxes: torch.Tensor, tiles: list[int], candidates: list[int]) -> list[list[int]]:
+def join_fragments(boxes: np.ndarray, tiles: list[int], candidates: list[int]) -> list[list[int]]:
     """Groups of cut boxes from different tiles that overlap each other: pieces of one object too big for the
     overlap. Union-find over `candidates`; every other index is its own group."""
     parent = {i: i for i in candidates}
@@ -124,9 +125,9 @@ def _score(det: Detection) -> float:
 
 
 def _merge_label(group: list[_TileDetection], size: tuple[int, int], iou_threshold: float, containment: float):
-    boxes = torch.tensor([g.pixels for g in group], dtype=torch.float64)
-    scores = torch.tensor([_score(g.detection) for g in group], dtype=torch.float64)
-    cuts = torch.tensor([g.cut for g in group])
+    boxes = np.array([g.pixels for g in group], dtype=np.float64)
+    scores = np.array([_score(g.detection) for g in group], dtype=np.float64)
+    cuts = np.array([g.cut for g in group], dtype=bool)
     kept = merge_detections(boxes, scores, cuts, iou_threshold, containment)
     whole = [[i] for i in kept if not group[i].cut]
     pieces = join_fragments(boxes, [g.tile for g in group], [i for i in kept if group[i].cut])
@@ -136,8 +137,8 @@ def _merge_label(group: list[_TileDetection], size: tuple[int, int], iou_thresho
             merged.append(group[members[0]].detection)
             continue
         union = boxes[members]
-        x1, y1 = union[:, 0].min().item(), union[:, 1].min().item()
-        x2, y2 = union[:, 2].max().item(), union[:, 3].max().item()
+        x1, y1 = float(union[:, 0].min()), float(union[:, 1].min())
+        x2, y2 = float(union[:, 2].max()), float(union[:, 3].max())
         best = max((group[i].detection for i in members), key=_score)
         merged.append(Detection(label=best.label, box=pixel_box((x1, y1, x2, y2), *size), score=best.score))
     return merged
@@ -155,11 +156,10 @@ def detect_tiled(
     width, height = image.size
     if width <= tile and height <= tile:
         return detect(image)
-    found = [
-        _from_tile(det, window, image.size, index)
-        for index, window in enumerate(tile_windows(width, height, tile, overlap))
-        for det in detect(image.crop(window))
-    ]
+    found = []
+    for index, window in enumerate(tile_windows(width, height, tile, overlap)):
+        check_cancelled()  # a timed-out call stops here, between tiles (geopilot.cancellation)
+        found += [_from_tile(det, window, image.size, index) for det in detect(image.crop(window))]
     merged: list[Detection] = []
     for label in dict.fromkeys(f.detection.label for f in found):
         group = [f for f in found if f.detection.label == label]

@@ -13,11 +13,13 @@ import os
 import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from geopilot.errors import WeightsError
+
+if TYPE_CHECKING:  # torch is imported where it is used, so the tool registry builds without it
+    import torch
+    from torch import nn
 
 WEIGHTS_DIR_ENV = "GEOPILOT_WEIGHTS_DIR"
 CONTAINER_KEYS = ("state_dict", "model", "module")  # Lightning/mmengine, RemoteSAM, DeepSpeed wrappers
@@ -63,6 +65,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"weights not found: {path} is not a file")
+    import torch
+
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -130,6 +134,8 @@ def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], sourc
 
 def pick_device(device: str = "auto") -> torch.device:
     """`auto` -> CUDA when present, else CPU; anything else is passed to torch.device (bad names are user errors)."""
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -1,7 +1,8 @@
 """COCO-JSON annotations (iSAID, SARDet-100K) -> records, through pycocotools' index and mask utilities.
 
-Classes are matched by name through `categories` (never by hard-coded id). Annotations whose image is unknown,
-whose category is not in the class list, or whose polygons have fewer than 3 points are skipped and counted.
+Classes are named through `categories` (never by hard-coded id) and become canonical (`geopilot.vocabulary`); a
+category name in no vocabulary is kept verbatim. Annotations whose image is unknown, whose category id is not in
+`categories`, or whose polygons have fewer than 3 points are skipped and counted.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from geopilot.data_gen.readers.common import (
     ReadResult,
     box_object,
     checked_image,
+    class_label,
     finish,
-    label_name,
 )
-from geopilot.data_gen.records import AnnotationRecord, Modality, ReadReport
+from geopilot.records import AnnotationRecord, Modality, ReadReport
 
 REQUIRED_KEYS = {"images": ("id",), "annotations": ("id", "image_id"), "categories": ("id",)}  # createIndex needs
 
@@ -69,7 +70,7 @@ def coco_records(
     *,
     source: str,
     modality: Modality,
-    classes: tuple[str, ...],
+    dataset: str,
     split: str,
     with_masks: bool,
 ) -> ReadResult:
@@ -77,8 +78,11 @@ def coco_records(
 
     report = ReadReport()
     coco = load_coco(annotation_file, source, report)
-    known = {label_name(c) for c in classes}
-    category_names = {c.get("id"): label_name(str(c.get("name", ""))) for c in coco.dataset["categories"]}
+    category_names = {
+        c.get("id"): class_label(str(c["name"]), dataset)
+        for c in coco.dataset["categories"]
+        if isinstance(c.get("name"), str) and c["name"].strip()
+    }
     orphans = [a for a in coco.dataset["annotations"] if a.get("image_id") not in coco.imgs]
     for ann in orphans:
         report.skip(MALFORMED_LINE, f"{annotation_file.name}: annotation {ann.get('id')} names unknown image")
@@ -104,8 +108,8 @@ def coco_records(
         for ann in coco.imgToAnns.get(image_id, []):
             where = f"{annotation_file.name} annotation {ann.get('id')}"
             label = category_names.get(ann.get("category_id"))
-            if label is None or label not in known:
-                report.skip(UNKNOWN_CLASS, f"{where}: category {ann.get('category_id')} ({label!r}) not in class list")
+            if label is None:
+                report.skip(UNKNOWN_CLASS, f"{where}: category id {ann.get('category_id')} has no named category")
                 continue
             record.objects.extend(_object(ann, label, width, height, mask_utils, with_masks, report, where))
         records.append(record)

@@ -15,8 +15,9 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from PIL import Image
 
-from geopilot.data_gen.records import AnnotationRecord, ObjectAnnotation, ReadReport
 from geopilot.errors import GeoPilotInputError
+from geopilot.records import AnnotationRecord, ObjectAnnotation, ReadReport
+from geopilot.vocabulary import canonical_class
 
 ReadResult = tuple[list[AnnotationRecord], ReadReport]
 
@@ -29,7 +30,7 @@ MALFORMED_LINE = "malformed_line"  # one object line/row/entry inside an otherwi
 UNSAFE_PICKLE = "unsafe_pickle"  # a pickle that asks for anything beyond builtin containers and numbers
 BAD_POLYGON = "bad_polygon"  # fewer than 3 points, or zero area
 BAD_GEOMETRY = "bad_geometry"  # a box that is empty or lies outside the image
-UNKNOWN_CLASS = "unknown_class"  # a class that is not in the dataset's class list
+UNKNOWN_CLASS = "unknown_class"  # a label code / category id the dataset does not define (names are never skipped)
 SIZE_MISMATCH = "size_mismatch"  # a mask / paired image whose size differs from the image's
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
@@ -54,9 +55,10 @@ def read_index_file(path: Path, dataset: str) -> str:
         raise DatasetRootError(f"{dataset}: cannot read {path}: {err}") from err
 
 
-def label_name(raw: str) -> str:
-    """Source class name -> record label: lower case, '-' and '_' as spaces ("Small_Vehicle" -> "small vehicle")."""
-    return " ".join(raw.replace("-", " ").replace("_", " ").lower().split())
+def class_label(raw: str, dataset: str) -> str:
+    """Source class name -> record label: the canonical class (`geopilot.vocabulary`, "storagetank" -> "storage
+    tank"). A name in no vocabulary is kept verbatim (the generation report counts it), never dropped."""
+    return canonical_class(raw.strip(), dataset)
 
 
 def image_size(path: Path) -> tuple[int, int] | None:

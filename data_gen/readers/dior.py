@@ -2,8 +2,9 @@
 
 Layout: `<root>/JPEGImages-{trainval,test}/00001.jpg`, `<root>/Annotations/Horizontal Bounding Boxes/00001.xml`
 (older copies: `<root>/Annotations/00001.xml`), `<root>/Annotations/Oriented Bounding Boxes/00001.xml`,
-`<root>/ImageSets/Main/{train,val,test}.txt` (5-digit ids, kept as strings). Class names are lower-cased because
-raw files say `Expressway-Service-area`. Run: `read_dior(Path("DIOR"), split="train", variant="obb")`.
+`<root>/ImageSets/Main/{train,val,test}.txt` (5-digit ids, kept as strings). Class names become canonical
+(`geopilot.vocabulary`, case-insensitive because raw files say `Expressway-Service-area`: `storagetank` ->
+`storage tank`); a name in no vocabulary is kept verbatim. Run: `read_dior(Path("DIOR"), split="train", variant="obb")`.
 """
 
 from __future__ import annotations
@@ -15,44 +16,21 @@ from geopilot.data_gen.readers.common import (
     MALFORMED_FILE,
     MALFORMED_LINE,
     MISSING_LABEL,
-    UNKNOWN_CLASS,
     DatasetRootError,
     ReadResult,
     add_object,
     box_object,
     checked_image,
+    class_label,
     find_image,
     finish,
-    label_name,
     parse_xml,
     polygon_object,
     read_index_file,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, ReadReport
+from geopilot.records import AnnotationRecord, ReadReport
 
-DIOR_CLASSES = (
-    "airplane",
-    "airport",
-    "baseballfield",
-    "basketballcourt",
-    "bridge",
-    "chimney",
-    "expressway-service-area",
-    "expressway-toll-station",
-    "dam",
-    "golffield",
-    "groundtrackfield",
-    "harbor",
-    "overpass",
-    "ship",
-    "stadium",
-    "storagetank",
-    "tenniscourt",
-    "trainstation",
-    "vehicle",
-    "windmill",
-)
 ANNOTATION_FOLDERS = {
     "hbb": ("Annotations/Horizontal Bounding Boxes", "Annotations"),
     "obb": ("Annotations/Oriented Bounding Boxes",),
@@ -69,13 +47,13 @@ def _number(element: ET.Element, tag: str) -> float:
 
 
 def _parse_objects(root: ET.Element, variant: str, width: int, height: int, record, report, name: str) -> None:
-    known = set(DIOR_CLASSES)
     for index, obj in enumerate(root.iter("object")):
         where = f"{name} object {index}"
-        raw = (obj.findtext("name") or "").strip().lower()
-        if raw not in known:
-            report.skip(UNKNOWN_CLASS, f"{where}: class {raw!r} not in DIOR classes")
+        raw = (obj.findtext("name") or "").strip()
+        if not raw:
+            report.skip(MALFORMED_LINE, f"{where}: no <name>")
             continue
+        label = class_label(raw, "DIOR")
         difficult = (obj.findtext("difficult") or "0").strip() not in ("0", "")
         try:
             if variant == "obb":
@@ -83,13 +61,13 @@ def _parse_objects(root: ET.Element, variant: str, width: int, height: int, reco
                 if rbox is None:
                     raise ValueError("missing <robndbox>")
                 points = [(_number(rbox, f"x_{c}"), _number(rbox, f"y_{c}")) for c in OBB_CORNERS]
-                made = polygon_object(points, width, height, label_name(raw), difficult=difficult)
+                made = polygon_object(points, width, height, label, difficult=difficult)
             else:
                 bbox = obj.find("bndbox")
                 if bbox is None:
                     raise ValueError("missing <bndbox>")
                 x1, y1, x2, y2 = (_number(bbox, tag) for tag in ("xmin", "ymin", "xmax", "ymax"))
-                made = box_object(x1, y1, x2, y2, width, height, label_name(raw), difficult=difficult)
+                made = box_object(x1, y1, x2, y2, width, height, label, difficult=difficult)
         except ValueError as err:
             report.skip(MALFORMED_LINE, f"{where}: {err}")
             continue

@@ -2,6 +2,8 @@
 
 One txt per image: optional `imagesource:` / `gsd:` header lines, then `x1 y1 ... x4 y4 class difficult` per object
 (pixel coordinates, ints or floats; the difficulty token may be missing, meaning 0). Devkit patches have no header.
+Class names become canonical (`geopilot.vocabulary`: `plane` -> `airplane`, `small-vehicle` -> `small vehicle`);
+a name in no vocabulary is kept verbatim.
 Run: `read_dota(Path("DOTA"), split="train", version="1.5")`.
 """
 
@@ -13,41 +15,19 @@ from geopilot.data_gen.readers.common import (
     BAD_POLYGON,
     MALFORMED_FILE,
     MALFORMED_LINE,
-    UNKNOWN_CLASS,
     DatasetRootError,
     ReadResult,
     add_object,
     checked_image,
+    class_label,
     find_image,
     finish,
-    label_name,
     polygon_object,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, ReadReport
+from geopilot.records import AnnotationRecord, ReadReport
 
-DOTA_V1_CLASSES = (
-    "plane",
-    "baseball-diamond",
-    "bridge",
-    "ground-track-field",
-    "small-vehicle",
-    "large-vehicle",
-    "ship",
-    "tennis-court",
-    "basketball-court",
-    "storage-tank",
-    "soccer-ball-field",
-    "roundabout",
-    "harbor",
-    "swimming-pool",
-    "helicopter",
-)
-DOTA_CLASSES = {
-    "1.0": DOTA_V1_CLASSES,
-    "1.5": DOTA_V1_CLASSES + ("container-crane",),
-    "2.0": DOTA_V1_CLASSES + ("container-crane", "airport", "helipad"),
-}
+VERSIONS = ("1.0", "1.5", "2.0")  # class lists in geopilot/vocabulary.yaml as "DOTA v<version>"
 LABEL_FOLDERS = ("labelTxt", "labelTxt-v1.5", "labelTxt-v1.0", "labelTxt-v2.0")
 
 
@@ -55,12 +35,11 @@ def parse_dota_lines(
     text: str,
     width: int,
     height: int,
-    classes: tuple[str, ...],
+    dataset: str,
     record: AnnotationRecord,
     report: ReadReport,
     name: str,
 ) -> None:
-    known = set(classes)
     for line_no, line in enumerate(text.splitlines(), start=1):
         tokens = line.split()
         if not tokens or (":" in tokens[0] and len(tokens) < 9):
@@ -75,23 +54,18 @@ def parse_dota_lines(
         except ValueError:
             report.skip(MALFORMED_LINE, f"{where}: non-numeric coordinate or difficulty in {line.strip()!r}")
             continue
-        raw_class = tokens[8]
-        if raw_class not in known:
-            report.skip(UNKNOWN_CLASS, f"{where}: class {raw_class!r} not in DOTA classes")
-            continue
         points = list(zip(coords[0::2], coords[1::2], strict=False))
-        made = polygon_object(points, width, height, label_name(raw_class), difficult=difficult)
+        made = polygon_object(points, width, height, class_label(tokens[8], dataset), difficult=difficult)
         add_object(record, made, report, where)
 
 
 def read_dota(root: Path, split: str = "train", version: str = "1.5") -> ReadResult:
-    if version not in DOTA_CLASSES:
-        raise DatasetRootError(f"DOTA: unknown version {version!r} (choose from {', '.join(DOTA_CLASSES)})")
+    if version not in VERSIONS:
+        raise DatasetRootError(f"DOTA: unknown version {version!r} (choose from {', '.join(VERSIONS)})")
     split_dir = require_dir(Path(root) / split, "DOTA", "expected <root>/<split>/{images,labelTxt}")
     label_dir = next((split_dir / n for n in LABEL_FOLDERS if (split_dir / n).is_dir()), None)
     if label_dir is None:
         raise DatasetRootError(f"DOTA: no labelTxt folder in {split_dir} (the test split has no public labels)")
-    classes = DOTA_CLASSES[version]
     records: list[AnnotationRecord] = []
     report = ReadReport()
     for label_path in sorted(label_dir.glob("*.txt")):
@@ -107,6 +81,6 @@ def read_dota(root: Path, split: str = "train", version: str = "1.5") -> ReadRes
             report.skip(MALFORMED_FILE, f"{label_path}: {err}")
             continue
         record = AnnotationRecord("DOTA", str(image_path), width, height, "optical", split, stem)
-        parse_dota_lines(text, width, height, classes, record, report, label_path.name)
+        parse_dota_lines(text, width, height, f"DOTA v{version}", record, report, label_path.name)
         records.append(record)
     return finish(records, report)

@@ -1,7 +1,9 @@
 """FAIR1M 1.0 / 2.0 reader: `<root>/<split>/[partN/]{images,labelXml}/<n>.{tif,xml}`.
 
 Each object: `possibleresult/name` (37 fine classes) and `points/point` as "x, y" pixel strings forming a closed
-ring (5 points, the last repeats the first). Run: `read_fair1m(Path("FAIR1M"), split="train")`.
+ring (5 points, the last repeats the first). Class names become canonical (`geopilot.vocabulary`, case- and
+separator-insensitive: `Small Car` -> `car`, `Boeing737` -> `boeing 737`); a name in no vocabulary is kept verbatim.
+Run: `read_fair1m(Path("FAIR1M"), split="train")`.
 """
 
 from __future__ import annotations
@@ -12,36 +14,18 @@ from pathlib import Path
 from geopilot.data_gen.readers.common import (
     MALFORMED_FILE,
     MALFORMED_LINE,
-    UNKNOWN_CLASS,
     DatasetRootError,
     ReadResult,
     add_object,
     checked_image,
+    class_label,
     find_image,
     finish,
-    label_name,
     parse_xml,
     polygon_object,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, ReadReport
-
-FAIR1M_CLASSES = (
-    # Ship
-    "Passenger Ship", "Motorboat", "Fishing Boat", "Tugboat", "other-ship", "Engineering Ship", "Liquid Cargo Ship",
-    "Dry Cargo Ship", "Warship",
-    # Vehicle
-    "Small Car", "Bus", "Cargo Truck", "Dump Truck", "other-vehicle", "Van", "Trailer", "Tractor", "Excavator",
-    "Truck Tractor",
-    # Airplane
-    "Boeing737", "Boeing747", "Boeing777", "Boeing787", "ARJ21", "C919", "A220", "A321", "A330", "A350",
-    "other-airplane",
-    # Court
-    "Baseball Field", "Basketball Court", "Football Field", "Tennis Court",
-    # Road
-    "Roundabout", "Intersection", "Bridge",
-)  # fmt: skip
-_BY_KEY = {label_name(name): name for name in FAIR1M_CLASSES}  # matched case- and separator-insensitively
+from geopilot.records import AnnotationRecord, ReadReport
 
 
 def _point(text: str | None) -> tuple[float, float]:
@@ -55,8 +39,8 @@ def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report
     for index, obj in enumerate(xml_root.iter("object")):
         where = f"{name} object {index}"
         raw = (obj.findtext("possibleresult/name") or "").strip()
-        if label_name(raw) not in _BY_KEY:
-            report.skip(UNKNOWN_CLASS, f"{where}: class {raw!r} not in FAIR1M classes")
+        if not raw:
+            report.skip(MALFORMED_LINE, f"{where}: no possibleresult/name")
             continue
         coordinate = (obj.findtext("coordinate") or "pixel").strip().lower()
         try:
@@ -66,7 +50,7 @@ def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report
         except ValueError as err:
             report.skip(MALFORMED_LINE, f"{where}: {err}")
             continue
-        add_object(record, polygon_object(points, width, height, label_name(raw)), report, where)
+        add_object(record, polygon_object(points, width, height, class_label(raw, "FAIR1M")), report, where)
 
 
 def read_fair1m(root: Path, split: str = "train") -> ReadResult:

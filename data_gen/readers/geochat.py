@@ -3,10 +3,19 @@
 
 Box text is `{<x1><y1><x2><y2>|<theta>}` with integer coordinates on a 0-100 grid (normalised by width and height)
 and theta in degrees inside angle brackets, possibly negative; boxes are concatenated as `}{`, and grounded text
-is `<p>phrase</p> {...}`. A box with theta != 0 is the axis-aligned box rotated about its centre in pixel space
-(x' = cx + dx cos t - dy sin t, y' = cy + dx sin t + dy cos t). Each record keeps the whole conversation as one
-Dialogue (task from GeoChat's tokens `[refer]`, `[grounding]`, `[identify]`, or "classification"/"vqa"/
-"conversation" from the prompt), and the boxes as objects labelled by their phrase ("region" when unnamed).
+is `<p>phrase</p> {...}`.
+
+Rotation convention, as GeoChat draws its boxes (`geochat_demo.py`, `visualize_all_bbox_together` -> `rotate_bbox`,
+mbzuai-oryx/GeoChat@4850920): the axis-aligned box is scaled to pixels and rotated about its centre by
+`cv2.getRotationMatrix2D(centre, theta, 1)`, i.e. a positive theta turns it COUNTER-CLOCKWISE as seen on screen
+(image y pointing down): x' = cx + dx cos t + dy sin t, y' = cy - dx sin t + dy cos t. (The repo's helper
+`bbox_and_angle_to_polygon` has the opposite sign, but nothing calls it; only the commented-out plot in
+`serve/cli.py` did.)
+
+Each record keeps the whole conversation as one Dialogue (task from GeoChat's tokens `[refer]`, `[grounding]`,
+`[identify]`, or "classification"/"vqa"/"conversation" from the prompt), and the boxes as objects labelled by their
+phrase, lower-cased ("region" when unnamed); a phrase that is a class name becomes the canonical class
+(`geopilot.vocabulary`: "<p>planes</p>" -> "airplane").
 Run: `read_geochat(Path("GeoChat"))`.
 """
 
@@ -27,7 +36,8 @@ from geopilot.data_gen.readers.common import (
     polygon_object,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, Dialogue, ReadReport, ReferringExpression
+from geopilot.records import AnnotationRecord, Dialogue, ReadReport, ReferringExpression
+from geopilot.vocabulary import canonical_class
 
 BOX = re.compile(r"\{\s*<(-?\d+)>\s*<(-?\d+)>\s*<(-?\d+)>\s*<(-?\d+)>\s*(?:\|\s*<(-?\d+)>\s*)?\}")
 GROUP = re.compile(r"<p>(.*?)</p>\s*((?:\{[^{}]*\}\s*)+)", re.S)
@@ -35,10 +45,12 @@ PHRASE = re.compile(r"<p>(.*?)</p>", re.S)
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
 TASK_TOKENS = ("refer", "grounding", "identify")
 UNNAMED = "region"
+DATASET = "GeoChat-Instruct"  # record source, and its entry in geopilot/vocabulary.yaml
 
 
 def decode_box(match: re.Match, width: int, height: int) -> list[tuple[float, float]] | None:
-    """A `{<x1><y1><x2><y2>|<t>}` match -> 4 pixel corners, or None when off the 0-100 grid or empty."""
+    """A `{<x1><y1><x2><y2>|<t>}` match -> 4 pixel corners (positive t = counter-clockwise on screen, as
+    `cv2.getRotationMatrix2D`), or None when off the 0-100 grid or empty."""
     x1, y1, x2, y2 = (int(v) for v in match.groups()[:4])
     theta = math.radians(int(match.group(5) or 0))
     if not all(0 <= v <= 100 for v in (x1, y1, x2, y2)) or x2 <= x1 or y2 <= y1:
@@ -47,7 +59,12 @@ def decode_box(match: re.Match, width: int, height: int) -> list[tuple[float, fl
     cx, cy = (left + right) / 2, (top + bottom) / 2
     cos, sin = math.cos(theta), math.sin(theta)
     corners = [(left, top), (right, top), (right, bottom), (left, bottom)]
-    return [(cx + (x - cx) * cos - (y - cy) * sin, cy + (x - cx) * sin + (y - cy) * cos) for x, y in corners]
+    return [(cx + (x - cx) * cos + (y - cy) * sin, cy - (x - cx) * sin + (y - cy) * cos) for x, y in corners]
+
+
+def phrase_label(phrase: str) -> str:
+    """An object's label from its phrase: the canonical class when the phrase is a class name, else the phrase."""
+    return canonical_class(phrase.lower(), DATASET) if phrase.strip() else UNNAMED
 
 
 def task_of(first_user_text: str) -> str:
@@ -88,7 +105,7 @@ class _BoxCollector:
         grouped_spans = []
         for group in GROUP.finditer(text):
             phrase = " ".join(group.group(1).split())
-            self._refer(phrase, self._add(group.group(2), phrase.lower()))
+            self._refer(phrase, self._add(group.group(2), phrase_label(phrase)))
             grouped_spans.append(group.span(2))
         loose = "".join(m.group(0) for m in BOX.finditer(text) if not any(a <= m.start() < b for a, b in grouped_spans))
         if role == "user":
@@ -96,7 +113,7 @@ class _BoxCollector:
             self._add(loose, UNNAMED)
         else:
             phrase = self.pending_phrases[0] if len(self.pending_phrases) == 1 else None
-            self._refer(phrase, self._add(loose, phrase.lower() if phrase else UNNAMED))
+            self._refer(phrase, self._add(loose, phrase_label(phrase) if phrase else UNNAMED))
             self.pending_phrases = []
 
     def _refer(self, phrase: str | None, indices: list[int]) -> None:
@@ -148,7 +165,7 @@ def read_geochat(
         base_id = str(entry.get("id") or Path(entry["image"]).stem)
         seen[base_id] = seen.get(base_id, 0) + 1
         record_id = base_id if seen[base_id] == 1 else f"{base_id}#{seen[base_id] - 1}"
-        record = AnnotationRecord("GeoChat-Instruct", str(image_path), width, height, "optical", split, record_id)
+        record = AnnotationRecord(DATASET, str(image_path), width, height, "optical", split, record_id)
         collector = _BoxCollector(record, report, where)
         for role, text in turns:
             collector.turn(role, text)

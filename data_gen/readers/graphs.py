@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from numbers import Real
 
-from geopilot.data_gen.records import RoadGraphAnnotation
+from geopilot.records import RoadGraphAnnotation
 
 Point = tuple[float, float]
 

@@ -2,7 +2,7 @@
 
 Layout: `<root>/<split>/Annotations/iSAID_<split>.json` (or the devkit's `instancesonly_filtered_<split>.json`)
 with images in `<root>/<split>/images/`. Class names are mixed case in the file ("Small_Vehicle"); they are
-matched by name through `categories`. Run: `read_isaid(Path("iSAID"), split="val")`.
+named through `categories` and become canonical ("small vehicle", `geopilot.vocabulary` dataset "iSAID"). Run: `read_isaid(Path("iSAID"), split="val")`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,6 @@ from pathlib import Path
 
 from geopilot.data_gen.readers.coco import coco_records
 from geopilot.data_gen.readers.common import DatasetRootError, ReadResult, require_dir
-
-ISAID_CLASSES = (
-    "ship", "storage_tank", "baseball_diamond", "tennis_court", "basketball_court", "Ground_Track_Field", "Bridge",
-    "Large_Vehicle", "Small_Vehicle", "Helicopter", "Swimming_pool", "Roundabout", "Soccer_ball_field", "plane",
-    "Harbor",
-)  # fmt: skip
 
 
 def read_isaid(root: Path, split: str = "train", with_masks: bool = True) -> ReadResult:
@@ -35,7 +29,7 @@ def read_isaid(root: Path, split: str = "train", with_masks: bool = True) -> Rea
         image_dirs,
         source="iSAID",
         modality="optical",
-        classes=ISAID_CLASSES,
+        dataset="iSAID",
         split=split,
         with_masks=with_masks,
     )

@@ -2,7 +2,9 @@
 
 The split lists hold bare file names (`aachen_1.tif`); files are found through an index of every
 `*/images/<name>`, so region names with underscores need no parsing. Labels are single-band uint8 codes
-0..8 (0 = unknown, ignored). Test labels are withheld, so test entries count as missing labels.
+0..8 (0 = unknown, ignored); code k names the k-th class of the vocabulary's "OpenEarthMap" entry, as canonical
+names (`oem_classes()`: 1 bare land, 2 rangeland, ..., 7 agricultural land, 8 building). Test labels are
+withheld, so test entries count as missing labels.
 Run: `read_openearthmap(Path("OpenEarthMap"), split="train")`.
 """
 
@@ -25,19 +27,15 @@ from geopilot.data_gen.readers.common import (
     read_index_file,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, ReadReport, SemanticSegmentation
+from geopilot.records import AnnotationRecord, ReadReport, SemanticSegmentation
+from geopilot.vocabulary import dataset_classes
 
-OEM_CLASSES = {
-    1: "bareland",
-    2: "rangeland",
-    3: "developed space",
-    4: "road",
-    5: "tree",
-    6: "water",
-    7: "agriculture land",
-    8: "building",
-}
 OEM_IGNORE = (0,)
+
+
+def oem_classes() -> dict[int, str]:
+    """Label code -> canonical class name (codes 1..8 in the vocabulary's OpenEarthMap class order)."""
+    return dict(enumerate(dataset_classes("OpenEarthMap"), start=1))
 
 
 def read_label(path: Path) -> np.ndarray:
@@ -59,7 +57,8 @@ def read_openearthmap(root: Path, split: str = "train", check_labels: bool = Tru
     if not list_file.is_file():
         raise DatasetRootError(f"OpenEarthMap: split list {list_file} not found")
     images = {p.name: p for p in root.glob("*/images/*") if p.is_file()}
-    allowed = set(OEM_CLASSES) | set(OEM_IGNORE)
+    classes = oem_classes()
+    allowed = set(classes) | set(OEM_IGNORE)
     report = ReadReport()
     records: list[AnnotationRecord] = []
     for name in read_index_file(list_file, "OpenEarthMap").split():
@@ -84,7 +83,7 @@ def read_openearthmap(root: Path, split: str = "train", check_labels: bool = Tru
             if unknown:
                 report.skip(UNKNOWN_CLASS, f"{name}: label codes {unknown[:5]} not in 0..8")
                 continue
-        semantic = SemanticSegmentation(str(label_path), dict(OEM_CLASSES), OEM_IGNORE)
+        semantic = SemanticSegmentation(str(label_path), dict(classes), OEM_IGNORE)
         record = AnnotationRecord("OpenEarthMap", str(image_path), width, height, "optical", split, Path(name).stem)
         record.semantic = semantic
         records.append(record)

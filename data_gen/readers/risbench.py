@@ -29,7 +29,7 @@ from geopilot.data_gen.readers.common import (
     read_index_file,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, ReadReport, ReferringExpression
+from geopilot.records import AnnotationRecord, ReadReport, ReferringExpression
 
 RISBENCH_LABEL = "object"
 

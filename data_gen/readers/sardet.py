@@ -2,6 +2,7 @@
 
 The official config's image prefix is `JPEGImages/`, third-party configs use `JPEGImages/<split>/`: both are tried.
 Width and height come from the JSON (several sources were cropped to 512x512). Single-channel SAR, mixed JPG/PNG.
+The six classes become canonical (`geopilot.vocabulary`): aircraft -> airplane, tank -> storage tank.
 Run: `read_sardet(Path("SARDet_100K"), split="train")`.
 """
 
@@ -11,8 +12,6 @@ from pathlib import Path
 
 from geopilot.data_gen.readers.coco import coco_records
 from geopilot.data_gen.readers.common import DatasetRootError, ReadResult, require_dir
-
-SARDET_CLASSES = ("ship", "aircraft", "car", "tank", "bridge", "harbor")
 
 
 def read_sardet(root: Path, split: str = "train") -> ReadResult:
@@ -26,7 +25,7 @@ def read_sardet(root: Path, split: str = "train") -> ReadResult:
         image_dirs,
         source="SARDet-100K",
         modality="sar",
-        classes=SARDET_CLASSES,
+        dataset="SARDet-100K",
         split=split,
         with_masks=False,
     )

@@ -26,7 +26,7 @@ from geopilot.data_gen.readers.common import (
     finish,
     require_dir,
 )
-from geopilot.data_gen.records import AnnotationRecord, Dialogue, ReadReport
+from geopilot.records import AnnotationRecord, Dialogue, ReadReport
 
 TEXT_FILES = {  # split -> [(file stem, kind)]
     "train": [("Caption-training", "caption"), ("SARVQA1_train", "vqa"), ("SARVQA2_train", "vqa")],

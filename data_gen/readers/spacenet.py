@@ -26,7 +26,7 @@ from geopilot.data_gen.readers.common import (
     require_dir,
 )
 from geopilot.data_gen.readers.graphs import polyline_graph
-from geopilot.data_gen.records import AnnotationRecord, ReadReport
+from geopilot.records import AnnotationRecord, ReadReport
 
 SAT2GRAPH_FOLDER = "RGB_1.0_meter"
 _SPLIT_ALIASES = {"val": "validation"}

@@ -18,7 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (from `geopilot init-model` or training)")
     parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
     parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
-    parser.add_argument("--modality", choices=["optical", "sar"], default="optical", help="what the image is")
+    parser.add_argument(
+        "--modality",
+        choices=["optical", "sar"],
+        default=None,
+        help="what the image is; checks tool calls against it (default: inferred from the image, no check)",
+    )
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds the model may chain (default 1)")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
     parser.add_argument(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from geopilot.config import load_config
+from geopilot.config import add_override_arguments, load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="model YAML (configs/model/*.yaml)")
     parser.add_argument("--out", required=True, help="output directory (weights as safetensors + processor)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. dtype=bfloat16 tiny.seed=1")
+    add_override_arguments(parser, "dtype=bfloat16 tiny.seed=1")
     parser.add_argument("--json", action="store_true", help="print a machine-readable summary")
 
 

@@ -1,7 +1,10 @@
 """`geopilot inspect --data FILE.jsonl [--model DIR] [--json]`: what each sample trains on.
 
 For each sample: total tokens, trained (labelled) tokens and the decoded text of every labelled span, or the
-error that keeps it out of training. Exit code 2 when any sample has an error, so it can gate a data pipeline.
+error that keeps it out of training. `--json` rows also carry `text` (the whole conversation as the chat template
+renders it: `<image>` once per image, BOS and EOS as the tokenizer's text) and `hf_messages` (the sample in the HF
+message form that template reads, docs/chat_template.md), so `tokenizer.apply_chat_template(row["hf_messages"],
+tokenize=False) == row["text"]`. Exit code 2 when any sample has an error, so it can gate a data pipeline.
 Without --model, the tiny test tokenizer and LLaVA-1.5's 576 image tokens are used (counts are then indicative).
 """
 
@@ -14,6 +17,7 @@ from pathlib import Path
 from geopilot.errors import GeoPilotInputError, SampleError
 
 LLAVA15_IMAGE_TOKENS = 576
+JSON_KEYS = ("id", "num_tokens", "num_trained_tokens", "trained_segments", "text", "hf_messages", "error")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def inspect_line(
     line: str, line_number: int, tokenizer, image_tokens: int, max_length: int | None, base_dir: Path
 ) -> dict:
-    from geopilot.render import render_sample
+    from geopilot.chat_template import hf_messages
+    from geopilot.render import render_sample, render_text
     from geopilot.sample import parse_sample
+    from geopilot.wire import chat_turns
 
     record = {
         "id": None,
@@ -35,6 +41,8 @@ def inspect_line(
         "num_tokens": 0,
         "num_trained_tokens": 0,
         "trained_segments": [],
+        "text": None,
+        "hf_messages": None,
         "error": None,
     }
     try:
@@ -45,6 +53,8 @@ def inspect_line(
         if isinstance(data, dict) and isinstance(data.get("id"), str):
             record["id"] = data["id"]
         sample = parse_sample(data, line=line_number)
+        record["text"] = render_text(chat_turns(sample.messages), tokenizer)
+        record["hf_messages"] = hf_messages(sample.messages)
         image = sample.image_path(base_dir)
         if image is not None and not image.is_file():
             raise SampleError(f"image not found: {image}", sample_id=sample.id, line=line_number, field="image")
@@ -104,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(
                     json.dumps(
-                        {k: record[k] for k in ("id", "num_tokens", "num_trained_tokens", "trained_segments", "error")},
+                        {k: record[k] for k in JSON_KEYS},
                         ensure_ascii=False,
                     )
                 )

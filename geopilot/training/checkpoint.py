@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.fileio import atomic_write, fsync_path
 
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest"
@@ -32,30 +33,12 @@ class CheckpointError(GeoPilotInputError):
     """Checkpoints exist but none is complete, or the complete one belongs to a different run."""
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _manifest(directory: Path) -> dict[str, int]:
     return {
         str(p.relative_to(directory)): p.stat().st_size
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != STATE_FILE
     }
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    with staging.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(staging, path)
-    _fsync_path(path.parent)
 
 
 class CheckpointStore:
@@ -82,14 +65,14 @@ class CheckpointStore:
                 before_commit()
             manifest = _manifest(staging)
             for relative in manifest:
-                _fsync_path(staging / relative)
-            _write_atomically(staging / STATE_FILE, json.dumps({**state, "manifest": manifest}, indent=1))
-            _fsync_path(staging)
+                fsync_path(staging / relative)
+            atomic_write(staging / STATE_FILE, json.dumps({**state, "manifest": manifest}, indent=1))
+            fsync_path(staging)
             if final.exists():  # re-saving a step after a resume: the new one replaces it whole
                 shutil.rmtree(final)
             os.replace(staging, final)
-            _fsync_path(self.root)
-            _write_atomically(self.root / LATEST_FILE, final.name + "\n")
+            fsync_path(self.root)
+            atomic_write(self.root / LATEST_FILE, final.name + "\n")
             self._prune(keep_last)
         accelerator.wait_for_everyone()
         return final

@@ -85,13 +85,6 @@ class LoggingConfig(StrictConfig):
     log_sample_ids: bool = True  # logs/samples.rank<r>.jsonl: which samples each step trained on
 
 
-class DebugConfig(StrictConfig):
-    """Fault injection for the resume tests: the process SIGKILLs itself, as a pre-emption would."""
-
-    crash_at_step: int | None = None  # after this optimizer step (and any checkpoint at it) completes
-    crash_in_checkpoint_at_step: int | None = None  # half-way through writing this step's checkpoint
-
-
 class TrainConfig(StrictConfig):
     stage: Literal[1, 2]
     output_dir: str
@@ -103,7 +96,6 @@ class TrainConfig(StrictConfig):
     engine: EngineConfig = EngineConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
-    debug: DebugConfig = DebugConfig()
 
     @model_validator(mode="after")
     def _stage_two_starts_from_a_model(self) -> TrainConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from geopilot.sample import Action, AssistantMessage, Sample, ToolMessage, UserMessage, write_samples
+from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, Sample, ToolMessage, UserMessage, write_samples
 from geopilot.tool_output import Detection, ToolOutput
 
 OPTICAL = {
@@ -46,7 +46,7 @@ def _detections(rng: random.Random, labels: list[str], count: int) -> list[Detec
 def make_sample(index: int, modality: str, image: str, rng: random.Random) -> Sample:
     spec = OPTICAL if modality == "optical" else SAR
     label = rng.choice(spec["labels"])
-    question = UserMessage(content=f"<image>\nHow many {label}s are in the image?")
+    question = UserMessage(content=f"{IMAGE_PLACEHOLDER}\nHow many {label}s are in the image?")
     kind = rng.choice(["direct", "tool", "tool", "two_rounds"])
     if kind == "direct":
         messages = [

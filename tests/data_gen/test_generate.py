@@ -233,3 +233,41 @@ def test_shipped_configs_name_real_readers_and_abilities(name):
     assert all(set(s.abilities or []) <= set(ABILITIES) for s in config.sources)
     if name == "paper.yaml":  # the paper's Table 2: every reader is used
         assert {s.reader for s in config.sources} == set(READERS)
+
+
+def test_tool_turns_are_dispatched_through_the_tool_registry(tmp_path, monkeypatch):
+    """Plans are validated and the annotation's call is run by `ToolRegistry` (the dispatcher inference uses), built
+    with the annotation backend: every kept tool turn is what `ToolRegistry.call` returned, labelled as annotations."""
+    from geopilot.tool_protocol import ToolRegistry
+    from geopilot.tools.annotations import AnnotationBackend
+
+    calls, validations = [], []
+    real_call, real_validate = ToolRegistry.call, ToolRegistry.validate
+
+    def spy_call(self, action, image, modality=None, timeout_s=None):
+        result = real_call(self, action, image, modality, timeout_s)
+        calls.append((action.tool, modality, result))
+        return result
+
+    def spy_validate(self, action, modality=None):
+        validations.append((action.tool, modality))
+        return real_validate(self, action, modality)
+
+    def no_side_door(self, tool, params=None):
+        raise AssertionError("data_gen called AnnotationBackend.call directly instead of the registry")
+
+    monkeypatch.setattr(ToolRegistry, "call", spy_call)
+    monkeypatch.setattr(ToolRegistry, "validate", spy_validate)
+    monkeypatch.setattr(AnnotationBackend, "call", no_side_door)
+    records = all_records(tmp_path / "data")
+    config = GenerateConfig(sources=[{"reader": "fake", "root": str(tmp_path / "data")}])
+    result = generate_dataset(config, tmp_path / "out", readers=fake_readers(records))
+    samples = shard_samples(tmp_path / "out")
+    tool_messages = [m for s in samples for m in s.messages if m.role == "tool"]
+    assert tool_messages and result.report["kept"] == len(samples)
+    assert len(calls) == len(tool_messages) and all(result.ok for _, _, result in calls)
+    assert {tool for tool, _ in validations} >= {tool for tool, _, _ in calls}
+    assert {m.content.model_dump_json() for m in tool_messages} == {r.output.model_dump_json() for _, _, r in calls}
+    assert all(m.content.provenance == "annotations" for m in tool_messages)
+    by_modality = {modality for _, modality, _ in calls}
+    assert by_modality <= {"optical", "sar"} and None not in by_modality  # the record's modality gates the call

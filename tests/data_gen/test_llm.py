@@ -17,7 +17,7 @@ import pytest
 from data_gen.trace_helpers import all_records, fake_readers
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.generate import GenerateConfig, generate_dataset
-from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable, LLMRequest, OpenAIBackend, load_prompts
+from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable, LLMRequest, OpenAIClient, load_prompts
 from geopilot.data_gen.loopback_server import Faults, LoopbackLLM
 from geopilot.sample import load_samples
 
@@ -101,7 +101,7 @@ def _request() -> LLMRequest:
 
 def test_retry_after_is_respected(tmp_path):
     async def call(url: str):
-        backend = OpenAIBackend(url, "m", backoff_base_s=0.001, backoff_max_s=1.0)
+        backend = OpenAIClient(url, "m", backoff_base_s=0.001, backoff_max_s=1.0)
         try:
             start = time.perf_counter()
             text, info = await backend.complete(_request())
@@ -117,7 +117,7 @@ def test_retry_after_is_respected(tmp_path):
 
 def test_unreachable_endpoint_fails_after_retries_with_a_clear_message():
     async def call():
-        backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=2, backoff_base_s=0.01)
+        backend = OpenAIClient(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=2, backoff_base_s=0.01)
         try:
             await backend.complete(_request())
         finally:
@@ -145,7 +145,7 @@ def test_a_4xx_is_not_retried():
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
     async def call():
-        backend = OpenAIBackend(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", max_retries=3)
+        backend = OpenAIClient(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", max_retries=3)
         try:
             await backend.complete(_request())
         finally:

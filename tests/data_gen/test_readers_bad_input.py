@@ -57,7 +57,7 @@ def test_coco_entries_the_index_cannot_take_are_counted(tmp_path):
     path = tmp_path / "train.json"
     path.write_text(json.dumps(data))
     records, report = coco_records(
-        path, [tmp_path], source="SARDet-100K", modality="sar", classes=("ship",), split="train", with_masks=False
+        path, [tmp_path], source="SARDet-100K", modality="sar", dataset="SARDet-100K", split="train", with_masks=False
     )
     assert records == []
     assert report.skipped == {"malformed_line": 5, "unreadable_image": 1}
@@ -75,3 +75,22 @@ def test_reader_messages_name_the_file(tmp_path):
     _, report = READERS["dota"](Path(tmp_path))
     (message,) = report.examples["missing_image"]
     assert "P0042.txt" in message and "P0042.png" in message
+
+
+def test_a_class_name_in_no_vocabulary_is_kept_verbatim_and_counted_in_the_report(tmp_path):
+    from PIL import Image
+
+    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+
+    (tmp_path / "DOTA/train/images").mkdir(parents=True)
+    Image.new("RGB", (100, 100)).save(tmp_path / "DOTA/train/images/P0001.png")
+    (tmp_path / "DOTA/train/labelTxt").mkdir(parents=True)
+    (tmp_path / "DOTA/train/labelTxt/P0001.txt").write_text(
+        "10 10 30 10 30 30 10 30 Space-Ship 0\n50 50 70 50 70 70 50 70 plane 0\n60 10 80 10 80 30 60 30 Space-Ship 0\n"
+    )
+    (record,), report = READERS["dota"](tmp_path / "DOTA")
+    assert [o.label for o in record.objects] == ["Space-Ship", "airplane", "Space-Ship"] and report.skipped == {}
+    config = GenerateConfig(sources=[{"reader": "dota", "root": str(tmp_path / "DOTA")}], abilities=["panoptic_detection"])
+    result = generate_dataset(config, tmp_path / "out")
+    assert result.report["unknown_class_names"] == {"DOTA": {"Space-Ship": 2}}
+    assert "Class names in no vocabulary (kept verbatim): `DOTA` 'Space-Ship' 2" in (tmp_path / "out/report.md").read_text()

@@ -1,4 +1,8 @@
-"""Mask and pair readers (RISBench, OpenEarthMap, RICE) on small fixtures in each real format."""
+"""Mask and pair readers (RISBench, OpenEarthMap, RICE) on small fixtures in each real format.
+
+RICE's SpA-GAN split facts come from Penn000/SpA-GAN_for_cloud_removal: `data/RICE_DATASET/RICE1/test_list.txt`
+(100 names, CRLF, e.g. "70.png", "488.png", "0.png") and `train_list.txt` (the other 400, e.g. "476.png", "62.png").
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from affine import Affine
 from PIL import Image
 
 from geopilot.data_gen.readers import DatasetRootError
-from geopilot.data_gen.readers.openearthmap import OEM_CLASSES, read_openearthmap
-from geopilot.data_gen.readers.rice import read_rice, rice_split
+from geopilot.data_gen.readers.openearthmap import read_openearthmap
+from geopilot.data_gen.readers.rice import SPAGAN_RICE1_TEST, read_rice, rice_split
 from geopilot.data_gen.readers.risbench import read_risbench
 
 
@@ -97,7 +101,11 @@ def test_openearthmap_regions_with_underscores_label_codes_and_bad_labels(tmp_pa
     records, report = read_openearthmap(tmp_path, split="train")
     assert [r.record_id for r in records] == ["aachen_1", "santa_cruz_2"]
     semantic = records[1].semantic
-    assert semantic.class_names == OEM_CLASSES and semantic.ignore_values == (0,)
+    assert semantic.class_names == {  # canonical names (geopilot.vocabulary), by OpenEarthMap's label codes
+        1: "bare land", 2: "rangeland", 3: "developed space", 4: "road", 5: "tree", 6: "water",
+        7: "agricultural land", 8: "building",
+    }  # fmt: skip
+    assert semantic.ignore_values == (0,)
     assert semantic.mask_path.endswith("santa_cruz/labels/santa_cruz_2.tif")
     assert report.skipped == {"unknown_class": 1, "malformed_file": 1, "missing_image": 1}
     test_records, test_report = read_openearthmap(tmp_path, split="test")  # test labels are withheld
@@ -122,9 +130,30 @@ def test_rice_pairs_by_name_numeric_order_fixed_split_and_bad_pairs(tmp_path):
     test, _ = read_rice(tmp_path, split="test")
     assert {r.record_id for r in train} | {r.record_id for r in test} == {r.record_id for r in records}
     assert not {r.record_id for r in train} & {r.record_id for r in test}
-    assert all(r.split == rice_split("RICE1", r.record_id.split("/")[1]) for r in records)
+    # RICE1 without a list file: SpA-GAN's published RICE1 split (0, 6, 7, 8, 9 are in its test list)
+    assert {r.record_id for r in test} == {"RICE1/0", "RICE1/6", "RICE1/7", "RICE1/8", "RICE1/9"}
     single, _ = read_rice(tmp_path / "RICE1", split="all")  # root may be one subset folder
     assert len(single) == 11
+
+
+def test_rice1_uses_spagan_published_split():
+    assert len(SPAGAN_RICE1_TEST) == 100 and max(SPAGAN_RICE1_TEST) < 500
+    assert {70, 232, 51, 488, 0} <= SPAGAN_RICE1_TEST  # the first lines of its test_list.txt, and the last
+    assert not {476, 62, 215, 487, 431} & SPAGAN_RICE1_TEST  # the first lines of its train_list.txt
+
+
+def test_rice_spagan_layout_and_list_files(tmp_path):
+    """SpA-GAN's layout (cloudy_image/ + ground_truth/) and its list file decide the split when present."""
+    for n in (0, 1, 2, 3):
+        png(tmp_path / f"RICE2/cloudy_image/{n}.png", np.zeros((16, 16, 3), dtype=np.uint8))
+        png(tmp_path / f"RICE2/ground_truth/{n}.png", np.full((16, 16, 3), 9, dtype=np.uint8))
+    (tmp_path / "RICE2/test_list.txt").write_bytes(b"1.png\r\n3.png\r\n")  # CRLF, as SpA-GAN writes
+    (tmp_path / "RICE2/train_list.txt").write_bytes(b"0.png\r\n2.png\r\n")
+    test, report = read_rice(tmp_path, split="test")
+    assert [r.record_id for r in test] == ["RICE2/1", "RICE2/3"] and report.skipped == {}
+    assert test[0].cloud_free_image.endswith("RICE2/ground_truth/1.png")
+    train, _ = read_rice(tmp_path / "RICE2", split="train")
+    assert [r.record_id for r in train] == ["RICE2/0", "RICE2/2"] and {r.split for r in train} == {"train"}
 
 
 def test_rice_split_is_about_one_in_five_and_stable():

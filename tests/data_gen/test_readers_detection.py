@@ -1,4 +1,7 @@
-"""Detection readers (DOTA, DIOR/DIOR-R, FAIR1M, iSAID, SARDet-100K) on small fixtures in each real format."""
+"""Detection readers (DOTA, DIOR/DIOR-R, FAIR1M, iSAID, SARDet-100K) on small fixtures in each real format.
+
+Labels are canonical class names (geopilot/vocabulary.yaml); a class name in no vocabulary is kept verbatim.
+"""
 
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ def test_dota_header_lines_floats_missing_difficulty_and_crlf(tmp_path):
     by_id = {r.record_id: r for r in records}
     ships = by_id["P0706"].objects
     assert [o.label for o in ships] == ["ship", "ship", "small vehicle"]
+    assert by_id["P2805__1024__0___0"].objects[0].label == "airplane"  # DOTA "plane", canonical
     assert [o.difficult for o in ships] == [True, False, False]
     # 1112 > width 1111: clipped into [0, 1]
     assert ships[0].box == pytest.approx((1054 / 1111, 1011 / 1182, 1.0, 1062 / 1182))
@@ -72,20 +76,20 @@ def test_dota_bad_lines_are_counted_per_cause(tmp_path):
         tmp_path / "train/labelTxt/P0001.txt",
         "gsd:null\n"
         "10 10 20 10 ship 0\n"  # 2 points: bad polygon
-        "10 10 20 10 20 20 10 20 spaceship 0\n"  # unknown class
-        "10 10 20 10 20 20 10 20 container-crane 0\n"  # v1.5 only
+        "10 10 20 10 20 20 10 20 spaceship 0\n"  # in no vocabulary: kept verbatim
+        "10 10 20 10 20 20 10 20 container-crane 0\n"  # a v1.5 class, known to the vocabulary
         "10 10 20 20 30 30 40 40 plane 0\n"  # collinear: zero area
         "a b c d e f g h plane 0\n"  # malformed
         "10 10 20 10 20 20 10 20 plane 0\n",
     )
     write(tmp_path / "train/labelTxt/P0002.txt", "10 10 20 10 20 20 10 20 plane 0\n")  # no image
     records, report = read_dota(tmp_path, split="train", version="1.0")
-    assert [o.label for o in records[0].objects] == ["plane"]
-    assert report.skipped == {"bad_polygon": 2, "unknown_class": 2, "malformed_line": 1, "missing_image": 1}
+    assert [o.label for o in records[0].objects] == ["spaceship", "container crane", "airplane"]
+    assert report.skipped == {"bad_polygon": 2, "malformed_line": 1, "missing_image": 1}
     assert any("P0002" in message for message in report.examples["missing_image"])
     records15, report15 = read_dota(tmp_path, split="train", version="1.5")
-    assert [o.label for o in records15[0].objects] == ["container crane", "plane"]
-    assert report15.skipped["unknown_class"] == 1
+    assert [o.label for o in records15[0].objects] == ["spaceship", "container crane", "airplane"]
+    assert "unknown_class" not in report15.skipped
 
 
 def test_dota_root_errors(tmp_path):
@@ -131,7 +135,7 @@ def dior_root(tmp_path: Path) -> Path:
     obb, hbb = root / "Annotations/Oriented Bounding Boxes", root / "Annotations/Horizontal Bounding Boxes"
     write(obb / "00001.xml", OBB_XML)
     write(hbb / "00001.xml", HBB_XML.format(id="00001", name="Expressway-toll-station"))
-    write(hbb / "00002.xml", HBB_XML.format(id="00002", name="spaceport"))  # unknown class
+    write(hbb / "00002.xml", HBB_XML.format(id="00002", name="Spaceport"))  # in no vocabulary: kept verbatim
     write(hbb / "00003.xml", "<annotation><object><name>ship</name>")  # truncated XML
     write(hbb / "00004.xml", HBB_XML.format(id="00004", name="ship"))  # image missing
     write(hbb / "00005.xml", BILLION_LAUGHS)  # DTD/entities: refused
@@ -145,8 +149,8 @@ def test_dior_hbb_spaces_in_folders_ids_as_strings_and_bad_files(tmp_path):
     assert set(by_id) == {"00001", "00002"}  # zero-padded ids kept as strings
     (obj,) = by_id["00001"].objects
     assert obj.label == "expressway toll station" and obj.box == pytest.approx((0.125, 0.25, 0.375, 0.5))
-    assert by_id["00002"].objects == []
-    assert report.skipped == {"unknown_class": 1, "malformed_file": 2, "missing_image": 1}
+    assert [o.label for o in by_id["00002"].objects] == ["Spaceport"]
+    assert report.skipped == {"malformed_file": 2, "missing_image": 1}
     test_records, _ = read_dior(tmp_path / "DIOR", split="test")
     assert test_records[0].image.endswith("JPEGImages-test/11726.jpg")
 
@@ -156,7 +160,7 @@ def test_dior_r_oriented_boxes(tmp_path):
     records, report = read_dior(root, split="train", variant="obb")
     (record,) = records
     golf, service = record.objects
-    assert golf.label == "golffield" and golf.box == pytest.approx((133 / 800, 237 / 800, 684 / 800, 672 / 800))
+    assert golf.label == "golf field" and golf.box == pytest.approx((133 / 800, 237 / 800, 684 / 800, 672 / 800))
     assert service.label == "expressway service area" and service.difficult
     assert service.polygon[1] == pytest.approx((90 / 800, 20 / 800))
     assert report.skipped["missing_label"] == 4  # no OBB xml for 00002..00005
@@ -199,7 +203,7 @@ def test_fair1m_closed_rings_parts_and_bad_objects(tmp_path):
             FAIR1M_OBJECT.format(name="Small Car", points=ring),
             FAIR1M_OBJECT.format(name="Boeing737", points=no_space),
             FAIR1M_OBJECT.format(name="other-ship", points=points("1, 1", "5, 5", "1, 1")),  # 2 distinct points
-            FAIR1M_OBJECT.format(name="UFO", points=ring),
+            FAIR1M_OBJECT.format(name="UFO", points=ring),  # in no vocabulary: kept verbatim
         ),
     )
     image(tmp_path / "train/part1/images/0.tif", 1000, 1000)
@@ -209,18 +213,20 @@ def test_fair1m_closed_rings_parts_and_bad_objects(tmp_path):
     records, report = read_fair1m(tmp_path, split="train")
     by_id = {r.record_id: r for r in records}
     assert set(by_id) == {"part1/0", "part2/7"}
-    car, plane = by_id["part1/0"].objects
-    assert car.label == "small car" and len(car.polygon) == 4  # the repeated closing point is dropped
+    car, plane, ufo = by_id["part1/0"].objects
+    assert car.label == "car" and len(car.polygon) == 4  # the repeated closing point is dropped
     assert car.box == pytest.approx((0.539, 0.460, 0.554, 0.469))
-    assert plane.label == "boeing737" and plane.box == pytest.approx((0.01, 0.01, 0.03, 0.02))
-    assert report.skipped == {"bad_polygon": 1, "unknown_class": 1, "malformed_file": 1}
+    assert plane.label == "boeing 737" and plane.box == pytest.approx((0.01, 0.01, 0.03, 0.02))
+    assert ufo.label == "UFO" and by_id["part2/7"].objects[0].label == "tennis court"
+    assert report.skipped == {"bad_polygon": 1, "malformed_file": 1}
 
 
 # --- iSAID (COCO polygons) --------------------------------------------------------------------------------------
 
 
 def isaid_json(tmp_path: Path, annotations: list[dict], images: list[dict]) -> Path:
-    categories = [{"id": 7, "name": "Small_Vehicle"}, {"id": 3, "name": "plane"}, {"id": 15, "name": "Harbor"}]
+    categories = [{"id": 7, "name": "Small_Vehicle"}, {"id": 3, "name": "plane"}, {"id": 15, "name": "Harbor"},
+                  {"id": 16, "name": "Pier_Crane"}]  # fmt: skip
     data = {"images": images, "annotations": annotations, "categories": categories}
     return write(tmp_path / "val/Annotations/iSAID_val.json", json.dumps(data))
 
@@ -236,13 +242,15 @@ def test_isaid_polygons_masks_mixed_case_names_and_bad_annotations(tmp_path):
         {"id": 3, "image_id": 5, "category_id": 99, "segmentation": [square], "iscrowd": 0},  # unknown category
         {"id": 4, "image_id": 77, "category_id": 3, "segmentation": [square], "iscrowd": 0},  # unknown image
         {"id": 5, "image_id": 6, "category_id": 3, "segmentation": [square], "iscrowd": 0},  # image file missing
+        {"id": 6, "image_id": 5, "category_id": 16, "segmentation": [square], "iscrowd": 0},  # name in no vocabulary
     ]
     images = [{"id": 5, "file_name": "P0002.png", "width": 200, "height": 100},
               {"id": 6, "file_name": "P0404.png", "width": 200, "height": 100}]  # fmt: skip
     isaid_json(tmp_path, anns, images)
     records, report = read_isaid(tmp_path, split="val")
     (record,) = records
-    (vehicle,) = record.objects
+    vehicle, crane = record.objects
+    assert crane.label == "Pier_Crane"  # kept verbatim
     assert vehicle.label == "small vehicle" and vehicle.object_id == "1"
     assert vehicle.box == pytest.approx((0.1, 0.1, 0.3, 0.5))
     assert len(vehicle.polygon) == 4
@@ -290,7 +298,7 @@ def test_sardet_both_image_prefixes_size_from_json_and_names_not_ids(tmp_path):
             {"id": 3, "image_id": 2, "category_id": 5, "bbox": [0, 0, 5, 5], "iscrowd": 0},
             {"id": 4, "image_id": 3, "category_id": 2, "bbox": [0, 0, 0, 5], "iscrowd": 0},  # empty box
         ],
-        "categories": [{"id": 40, "name": "ship"}, {"id": 2, "name": "aircraft"}, {"id": 5, "name": "submarine"}],
+        "categories": [{"id": 40, "name": "ship"}, {"id": 2, "name": "aircraft"}, {"id": 5, "name": "tank"}],
     }
     write(root / "Annotations/train.json", json.dumps(data))
     records, report = read_sardet(root, split="train")
@@ -300,6 +308,7 @@ def test_sardet_both_image_prefixes_size_from_json_and_names_not_ids(tmp_path):
     assert by_id["0000001"].objects[0].label == "ship"
     assert by_id["0000001"].objects[0].box == pytest.approx((10 / 512, 20 / 512, 40 / 512, 60 / 512))
     assert by_id["0000002"].objects[0].box == pytest.approx((0.1, 0.1, 0.3, 0.3))
-    assert report.skipped == {"unknown_class": 1, "bad_geometry": 1, "missing_image": 1}
+    assert [o.label for o in by_id["0000002"].objects] == ["airplane", "storage tank"]  # SARDet aircraft, tank
+    assert report.skipped == {"bad_geometry": 1, "missing_image": 1}
     with pytest.raises(DatasetRootError, match="val.json"):
         read_sardet(root, split="val")

@@ -158,6 +158,27 @@ def test_cityscale_row_col_keys_split_by_index_and_py2_pickles(tmp_path):
     assert val_report.skipped == {"malformed_file": 1}  # region 18 is truncated
 
 
+def test_cityscale_reads_the_refined_graph_sam_road_trains_on(tmp_path):
+    """SAM-Road trains on `region_{i}_refine_gt_graph.p` and scores tests on `region_{i}_graph_gt.pickle`."""
+    for index in (0, 1, 2):
+        png(tmp_path / f"region_{index}_sat.png", 100, 100)
+    coarse = {(10, 10): [(10, 90)], (10, 90): [(10, 10)]}
+    refined = {(10, 10): [(10, 50)], (10, 50): [(10, 10), (10, 90)], (10, 90): [(10, 50)]}
+    (tmp_path / "region_0_gt_graph.p").write_bytes(pickle.dumps(coarse, protocol=2))
+    (tmp_path / "region_0_refine_gt_graph.p").write_bytes(pickle.dumps(refined, protocol=2))
+    (tmp_path / "region_1_gt_graph.p").write_bytes(pickle.dumps(coarse, protocol=2))  # no refined graph
+    (tmp_path / "region_2_graph_gt.pickle").write_bytes(pickle.dumps(refined, protocol=2))  # SAM-Road's test name
+    records, report = read_cityscale(tmp_path, split="train")
+    by_id = {r.record_id: len(r.roads.nodes) for r in records}
+    assert by_id == {"region_0": 3, "region_1": 2, "region_2": 3} and report.skipped == {}
+    coarse_only, _ = read_cityscale(tmp_path, split="train", graph="gt_graph")
+    assert [len(r.roads.nodes) for r in coarse_only] == [2, 2]
+    refined_only, report = read_cityscale(tmp_path, split="train", graph="refine_gt_graph")
+    assert [r.record_id for r in refined_only] == ["region_0"] and report.skipped == {"missing_label": 2}
+    with pytest.raises(DatasetRootError, match="graph one of"):
+        read_cityscale(tmp_path, graph="refined")
+
+
 def test_cityscale_refuses_a_pickle_that_runs_code(tmp_path):
     marker = tmp_path / "marker.txt"
     png(tmp_path / "region_0_sat.png", 64, 64)

@@ -77,6 +77,46 @@ def test_geochat_rotation_changes_the_box_in_pixel_space(tmp_path):
     assert record.referring[0].expression == "a long ship" and record.dialogues[0].task == "grounding"
 
 
+def opencv_rotation_matrix(centre: tuple[float, float], degrees: float) -> list[list[float]]:
+    """`cv2.getRotationMatrix2D(centre, degrees, 1)` as OpenCV documents it (positive = counter-clockwise, origin
+    top-left): [[a, b, (1 - a) cx - b cy], [-b, a, b cx + (1 - a) cy]], a = cos, b = sin."""
+    a, b = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    cx, cy = centre
+    return [[a, b, (1 - a) * cx - b * cy], [-b, a, b * cx + (1 - a) * cy]]
+
+
+@pytest.mark.parametrize("theta", [30, -30, 60])
+def test_geochat_rotation_sign_is_geochat_drawing_code(tmp_path, theta):
+    """GeoChat draws `{<x1><y1><x2><y2>|<t>}` with `rotate_bbox`: the corners (x1,y1) (x2,y1) (x2,y2) (x1,y2) in
+    pixels through `cv2.getRotationMatrix2D(centre, t, 1)` (geochat_demo.py). Same corners here, same order."""
+    image(tmp_path / "images/a.png", 200, 100)
+    root = geochat(tmp_path, [{"id": "a", "image": "a.png", "conversations": [
+        human("[refer] give me the location of <p>the long ship</p>"), gpt(f"{{<40><45><60><55>|<{theta}>}}"),
+    ]}])  # fmt: skip
+    (record,), _ = read_geochat(root)
+    (ship,) = record.objects
+    left, top, right, bottom = 80.0, 45.0, 120.0, 55.0  # the 0-100 grid scaled to 200 x 100 px
+    m = opencv_rotation_matrix(((left + right) / 2, (top + bottom) / 2), theta)
+    corners = [(left, top), (right, top), (right, bottom), (left, bottom)]
+    expected = [((m[0][0] * x + m[0][1] * y + m[0][2]) / 200, (m[1][0] * x + m[1][1] * y + m[1][2]) / 100)
+                for x, y in corners]  # fmt: skip
+    assert [tuple(p) for p in ship.polygon] == [pytest.approx(p) for p in expected]
+    # counter-clockwise on screen for positive theta: the right end of the long box rises (smaller y)
+    right_end_y = max(ship.polygon, key=lambda p: p[0])[1]
+    assert (right_end_y < 0.5) == (theta > 0)
+
+
+def test_geochat_phrase_that_is_a_class_name_becomes_canonical(tmp_path):
+    image(tmp_path / "images/a.png")
+    root = geochat(tmp_path, [{"id": "a", "image": "a.png", "conversations": [
+        human("[grounding] Describe the image"),
+        gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
+    ]}])  # fmt: skip
+    (record,), _ = read_geochat(root)
+    assert [o.label for o in record.objects] == ["storage tank", "a pier"]
+    assert [r.expression for r in record.referring] == ["Storage-Tanks", "a pier"]  # expressions stay as written
+
+
 def test_geochat_tasks_bad_boxes_missing_images_and_duplicate_ids(tmp_path):
     image(tmp_path / "images/b.png")
     image(tmp_path / "flat.png")  # image path relative to the root also works

@@ -15,15 +15,16 @@ from geopilot.data_gen.validate import (
     check_coordinates,
     check_plan,
     parse_reply,
-    tool_registry,
 )
 from geopilot.sample import Action
 from geopilot.tools.annotations import AnnotationBackend
+from geopilot.tools.registry import build_registry
 
 
-@pytest.fixture(scope="module")
-def registry():
-    return tool_registry()
+@pytest.fixture()
+def registry(tmp_path):
+    """What the generator validates plans with: the tool registry built with the annotation backend."""
+    return build_registry(annotations=optical_records(tmp_path)[1], annotations_root=tmp_path)
 
 
 @pytest.fixture()

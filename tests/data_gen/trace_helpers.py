@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from geopilot.data_gen.records import (
+from geopilot.records import (
     AnnotationRecord,
     Dialogue,
     ObjectAnnotation,

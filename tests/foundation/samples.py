@@ -112,6 +112,18 @@ def special_text() -> dict:
     return sample
 
 
+def unicode_text() -> dict:
+    """Non-ASCII and JSON-special text everywhere the model reads it (question, params, tool labels, answer), but
+    no special-token strings: the chat template must then give the renderer's ids exactly."""
+    sample = one_tool_call()
+    sample["id"] = "unicode/飞机/0"
+    sample["messages"][0]["content"] = '<image>\nCombien d\'avions « 飞机 » sont garés ? {"x": [1, 2]} \\n \t 🛩️ ½ naïve'
+    sample["messages"][1]["actions"][0]["params"] = {"categories": ["飞机", "avión"]}
+    sample["messages"][2]["content"]["detections"][0]["label"] = "飞机"
+    sample["messages"][3]["value"] = 'Réponse : « 1 » avion ✈, "quoted" \\ ok'
+    return sample
+
+
 ALL_KINDS = {
     "tool_free": tool_free,
     "one_tool_call": one_tool_call,
@@ -119,4 +131,5 @@ ALL_KINDS = {
     "two_tools": two_tools,
     "sar": sar,
     "special_text": special_text,
+    "unicode": unicode_text,
 }

@@ -41,10 +41,37 @@ def test_inspect_json_reports_trained_segments(tiny_model_dir, capsys):
     assert summary == {"summary": {"samples": len(records), "ok": len(records), "errors": 0, "zero_trained": 0}}
     by_id = {r["id"]: r for r in records}
     tool_sample = by_id["dota/P0001/object_detection/0"]
-    assert set(tool_sample) == {"id", "num_tokens", "num_trained_tokens", "trained_segments", "error"}
+    keys = {"id", "num_tokens", "num_trained_tokens", "trained_segments", "text", "hf_messages", "error"}
+    assert set(tool_sample) == keys
     assert tool_sample["trained_segments"][0].startswith(' {"reasoning":"Counting planes needs a detector."')
     assert tool_sample["trained_segments"][1].endswith('"value":"There is 1 plane."}</s>')
     assert all(0 < r["num_trained_tokens"] < r["num_tokens"] for r in records)
+
+
+def test_inspect_rows_carry_the_template_text_and_hf_messages(tiny_model_dir, capsys):
+    """For every example sample: plain transformers' tokenizer of the export renders `hf_messages` to `text`, and
+    its tokenisation of that text is the renderer's training ids."""
+    from transformers import AutoTokenizer
+
+    from geopilot.model import load_model, num_image_tokens
+    from geopilot.render import render_sample
+    from geopilot.sample import load_samples
+
+    assert main(["inspect", "--data", str(EXAMPLES / "samples.jsonl"), "--model", str(tiny_model_dir), "--json"]) == 0
+    *rows, _ = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    samples = {s.id: s for s in load_samples(EXAMPLES / "samples.jsonl")}
+    assert [r["id"] for r in rows] == list(samples)
+    served = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model, processor = load_model(tiny_model_dir)
+    image_tokens, image_id = num_image_tokens(model.config), served.convert_tokens_to_ids("<image>")
+    for row in rows:
+        assert served.apply_chat_template(row["hf_messages"], tokenize=False) == row["text"], row["id"]
+        assert row["text"].startswith("<s> A chat between") and row["text"].endswith("</s>")
+        assert row["text"].count("<image>") == (samples[row["id"]].image is not None)
+        ids = served.apply_chat_template(row["hf_messages"], tokenize=True, return_dict=True)["input_ids"]
+        expanded = [t for token in ids for t in ([token] * image_tokens if token == image_id else [token])]
+        trained = render_sample(samples[row["id"]], processor.tokenizer, image_tokens)
+        assert expanded == trained.input_ids and len(expanded) == row["num_tokens"], row["id"]
 
 
 def test_inspect_reports_bad_lines_and_exits_2(tmp_path, capsys):

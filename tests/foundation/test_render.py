@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from foundation.samples import ALL_KINDS, one_tool_call
+from geopilot.chat_template import hf_messages
 from geopilot.errors import SampleError
-from geopilot.render import CHAT_TEMPLATE, IGNORE_INDEX, render_sample
+from geopilot.render import IGNORE_INDEX, render_sample
 from geopilot.sample import AssistantMessage, parse_sample
 from geopilot.wire import assistant_json, chat_turns
 
@@ -27,10 +28,11 @@ def decoded_spans(rendered, tokenizer) -> list[str]:
 
 
 def template_ids_and_mask(sample, tokenizer, image_tokens: int):
-    """What `apply_chat_template(..., return_assistant_tokens_mask=True)` gives for the same sample."""
-    tokenizer.chat_template = CHAT_TEMPLATE
-    messages = [{"role": role, "content": text} for role, text in chat_turns(sample.messages)]
-    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    """What `apply_chat_template(..., return_assistant_tokens_mask=True)` gives for the sample's HF messages
+    (the template is the one `prepare_tokenizer` sets)."""
+    out = tokenizer.apply_chat_template(
+        hf_messages(sample.messages), tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     ids, mask = [], []
     for token, flag in zip(

@@ -85,8 +85,9 @@ def test_bad_params_are_repaired_and_then_reported(make_pilot, image):
 
 def test_wrong_modality_is_a_validation_problem(make_pilot, image):
     pilot, scripts = make_pilot([plan(("sar_detect_all", {})), answer("I cannot use a SAR tool here.")])
-    result = pilot.chat(image, QUESTION)
+    result = pilot.chat(image, QUESTION, modality="optical")
     assert "wrong_modality" in scripts.fed[0][0] and result.outcome == "direct" and result.repaired
+    assert (result.modality, result.modality_source) == ("optical", "declared")
     sar_pilot, _ = make_pilot([plan(("sar_detect_all", {})), answer("One ship.")])
     sar = sar_pilot.chat(image, "Any ships?", modality="sar")
     assert sar.outcome == "tools" and sar.tool_calls[0].output.detections[0].label == "ship" and not sar.repaired

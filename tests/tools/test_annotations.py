@@ -7,15 +7,15 @@ import pytest
 from PIL import Image
 from pycocotools import mask as mask_utils
 
-from geopilot.data_gen.records import (
+from geopilot.errors import GeoPilotInputError
+from geopilot.image import load_image
+from geopilot.records import (
     AnnotationRecord,
     ObjectAnnotation,
     ReferringExpression,
     RoadGraphAnnotation,
     SemanticSegmentation,
 )
-from geopilot.errors import GeoPilotInputError
-from geopilot.image import load_image
 from geopilot.sample import Action
 from geopilot.tools.annotations import AnnotationBackend
 from geopilot.tools.registry import build_registry

@@ -26,7 +26,7 @@ def test_list_json_has_every_tool_with_schema_and_status(capsys, tmp_path, monke
     assert len(rows) == 10
     assert rows["remove_clouds"]["status"] == "ready"
     assert rows["detect_objects"]["status"].startswith("weights missing (weights not found: put lae_dino at")
-    assert rows["ground"]["status"] == "backend not available yet"
+    assert rows["ground"]["status"].startswith("weights missing (weights not found: put remotesam/checkpoint.pth at")
     assert rows["detect_objects"]["input_schema"]["required"] == ["categories"]
 
 
@@ -44,10 +44,11 @@ def test_list_human_readable(capsys):
         (["run", "detect_objects", "--params", "[1]"], "--params must be a JSON object"),
         (["run", "detect_objects", "--params", '{"categories": []}'], "categories: List should have at least 1 item"),
         (["run", "ground", "--params", '{"expression": "x", "k": 1}'], "k: unexpected parameter"),
-        (["run", "ground", "--params", '{"expression": "the ship"}'], "backend 'remotesam' is not available yet"),
+        (["run", "ground", "--params", '{"expression": "the ship"}'], "weights not found: put remotesam/checkpoint.pth"),
         (["run", "detect_objects", "--params", '{"categories": ["ship"]}'], "weights not found: put lae_dino at"),
-        (["run", "remove_clouds", "--set", "max_pixels=100"], "exceeds the limit of 100"),
-        (["run", "remove_clouds", "--set", "tools.remove_clouds.options.variant=RICE3"], "variant"),
+        (["run", "remove_clouds", "max_pixels=100"], "exceeds the limit of 100"),
+        (["run", "remove_clouds", "tools.remove_clouds.options.variant=RICE3"], "variant"),
+        (["run", "remove_clouds", "--set", "device=cpu"], "key=value words, no --set"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(argv, message, png, capsys, tmp_path, monkeypatch):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geopilot.data_gen.records import AnnotationRecord, ObjectAnnotation, RoadGraphAnnotation
 from geopilot.image import load_image
+from geopilot.records import AnnotationRecord, ObjectAnnotation, RoadGraphAnnotation
 from geopilot.sample import Action
 from geopilot.tools.registry import build_registry
 from geopilot.wire import format_tool_turn
@@ -71,12 +71,12 @@ def test_plain_images_get_no_geojson(tmp_path):
 
 def test_restored_image_of_a_geotiff_is_a_geotiff_with_the_same_footprint(geotiff, tmp_path):
     from geopilot.tools.adapters import CloudRemovalAdapter
-    from geopilot.tools.spa_gan import SpaGanBackend
+    from geopilot.tools.spa_gan import SpaGan
 
     full = load_image(geotiff)
     decimated = load_image(geotiff, max_pixels=W * H // 4)
     for image in (full, decimated):
-        output = CloudRemovalAdapter(SpaGanBackend.tiny(seed=0), tmp_path).run("remove_clouds", image, None)
+        output = CloudRemovalAdapter(SpaGan.tiny(seed=0), tmp_path).run("remove_clouds", image, None)
         (artifact,) = output.artifacts
         with rasterio.open(artifact.path) as restored:
             assert restored.crs.to_string() == "EPSG:32633"

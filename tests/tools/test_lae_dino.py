@@ -11,12 +11,12 @@ from PIL import Image
 
 from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import ToolOutput
-from geopilot.tools.lae_dino import LaeDinoBackend, LearnableScaleContrastiveEmbedding, build_prompt_chunks
+from geopilot.tools.lae_dino import LaeDino, LearnableScaleContrastiveEmbedding, build_prompt_chunks
 
 
 @pytest.fixture(scope="module")
 def backend():
-    return LaeDinoBackend.tiny(seed=0)
+    return LaeDino.tiny(seed=0)
 
 
 def _image(width: int = 120, height: int = 80, seed: int = 0) -> Image.Image:
@@ -37,13 +37,13 @@ def test_tiny_forward_gives_canonical_detections(backend):
 
 
 def test_thresholds_filter_detections(backend):
-    strict = LaeDinoBackend(
+    strict = LaeDino(
         backend.model, backend.tokenizer, backend.options.model_copy(update={"box_threshold": 1.0}), backend.device
     )
     assert strict.detect(_image(), ["plane"]) == []
     scores = [d.score for d in backend.detect(_image(), ["plane", "ship"])]
     middle = float(np.median(scores))
-    half = LaeDinoBackend(
+    half = LaeDino(
         backend.model, backend.tokenizer, backend.options.model_copy(update={"box_threshold": middle}), backend.device
     )
     assert all(d.score >= middle for d in half.detect(_image(), ["plane", "ship"]))
@@ -73,7 +73,7 @@ def test_prompt_chunks_respect_count_and_token_budget(backend):
 def test_long_vocabulary_is_chunked_and_merged(backend):
     """Each chunk is a separate forward; the merged list is the union of the chunks' results, by score."""
     categories = ["plane", "ship", "harbor"]
-    chunked = LaeDinoBackend(
+    chunked = LaeDino(
         backend.model, backend.tokenizer, backend.options.model_copy(update={"chunk_size": 2}), backend.device
     )
     merged = chunked.detect(_image(), categories)
@@ -102,6 +102,68 @@ def test_visgt_prior_is_added_to_the_text_features(backend):
     torch.testing.assert_close(seen["fused_in"], expected)
 
 
+def _visgt_inputs(model, pixel_values, pixel_mask, text):
+    """The keyword arguments the fusion encoder (and so VisGT) receives in a real forward."""
+    seen = {}
+    hook = model.model.encoder.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.update(kwargs), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            model(pixel_values=pixel_values, pixel_mask=pixel_mask, **text)
+    finally:
+        hook.remove()
+    return seen
+
+
+def _prior(model, inputs, vision_features):
+    with torch.no_grad():
+        return model.model.encoder.visual_text_prior(
+            vision_features,
+            inputs["vision_attention_mask"],
+            inputs["spatial_shapes"],
+            inputs["spatial_shapes_list"],
+            inputs["level_start_index"],
+            inputs["valid_ratios"],
+        )
+
+
+def test_visgt_samples_real_values(backend):
+    """transformers' deformable layer takes True = valid; handed the encoder's padding mask (True = pad) it would
+    zero every value of an unpadded image, and VisGT would add nothing but biases to the text."""
+    sampled = []
+    hooks = [
+        layer.self_attn.output_proj.register_forward_pre_hook(lambda m, args: sampled.append(args[0]))
+        for layer in backend.model.model.encoder.visgt_layers
+    ]
+    try:
+        backend.detect(_image(), ["plane"])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(sampled) == len(backend.model.model.encoder.visgt_layers)
+    for values in sampled:
+        assert values.abs().amax() > 0
+
+
+def test_visgt_prior_ignores_the_padded_region_of_a_batch(backend):
+    """Image 1 of a batch of two is padded (bottom and right); what stands at its padded tokens is not its content."""
+    model = backend.model
+    torch.manual_seed(1)
+    pixels = torch.randn(2, 3, 64, 96)
+    mask = torch.ones(2, 64, 96, dtype=torch.long)
+    mask[1, 40:, :] = 0
+    mask[1, :, 56:] = 0
+    text = dict(backend.tokenizer(["plane . ship ."] * 2, return_tensors="pt"))
+    inputs = _visgt_inputs(model, pixels, mask, text)
+    features, padded = inputs["vision_features"], inputs["vision_attention_mask"]
+    assert padded[1].any() and not padded[0].any()
+    changed = features.masked_fill(padded[..., None], 0.0) + padded[..., None] * torch.randn_like(features) * 10
+    before, after = _prior(model, inputs, features), _prior(model, inputs, changed)
+    torch.testing.assert_close(after, before)
+    assert before.abs().amax() > 0
+
+
 def test_contrastive_head_scale_is_learnable_and_padded():
     head = LearnableScaleContrastiveEmbedding(max_text_len=6)
     with torch.no_grad():
@@ -125,10 +187,29 @@ def test_every_prediction_layer_has_its_own_scale_and_box_branch(backend):
 def test_missing_weights_say_where_to_put_them(monkeypatch, tmp_path):
     monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(tmp_path))
     with pytest.raises(WeightsError, match=r"weights not found: put lae_dino/lae_dino_swint_lae1m-28ca3a15\.pth"):
-        LaeDinoBackend.from_weights(None)
+        LaeDino.from_weights(None)
 
 
 def test_missing_tokenizer_is_a_weights_error(tmp_path):
     (tmp_path / "model.pth").write_bytes(b"")
     with pytest.raises(WeightsError, match="bert-base-uncased/vocab.txt"):
-        LaeDinoBackend.from_weights(str(tmp_path / "model.pth"))
+        LaeDino.from_weights(str(tmp_path / "model.pth"))
+
+
+def test_boxes_go_through_the_canonical_helper(backend):
+    """A prediction that collapses at 3 decimals becomes the smallest canonical box (`canonical.unit_box`), as in
+    every other backend, instead of being dropped by a private rule."""
+
+    def flatten(module, args, output):
+        output.pred_boxes[..., 2:] = 0.0  # zero width and height
+        return output
+
+    hook = backend.model.register_forward_hook(flatten)
+    try:
+        found = backend.detect(_image(), ["plane"])
+    finally:
+        hook.remove()
+    assert found
+    for d in found:
+        x1, y1, x2, y2 = d.box
+        assert round(x2 - x1, 3) == 0.001 and round(y2 - y1, 3) == 0.001

@@ -5,7 +5,7 @@ renamed by `to_upstream`, written in this file from the mmdet module names of ja
 (`mmdetection_lae/mmdet/models/{detectors/lae_dino.py, layers/transformer/grounding_dino_layers.py,
 dense_heads/lae_dino_head.py}`, mmdet Swin/ChannelMapper, mmcv MultiheadAttention `attn.in_proj_*`), independently
 of the map under test, with fused q/k/v re-fused and Swin patch merging put back into `nn.Unfold` order from first
-principles. Loading it through `LaeDinoBackend.from_weights` must reproduce every tensor and the detections.
+principles. Loading it through `LaeDino.from_weights` must reproduce every tensor and the detections.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch import nn
 from transformers.models.swin.modeling_swin import SwinPatchMerging
 
 from geopilot.errors import WeightsError
-from geopilot.tools.lae_dino import LaeDinoBackend, tiny_tokenizer
+from geopilot.tools.lae_dino import LaeDino, tiny_tokenizer
 from geopilot.tools.lae_dino_keymap import reorder_unfold_norm, reorder_unfold_reduction
 
 SWIN = "model.backbone.conv_encoder.model.swin."
@@ -169,7 +169,7 @@ def to_upstream(hf_state: dict[str, torch.Tensor], decoder_layers: int, backbone
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
     """A re-randomised tiny model, its tokenizer folder, and its tensors written as an upstream mmdet .pth."""
-    source = LaeDinoBackend.tiny(seed=3, box_threshold=0.0, text_threshold=0.0)
+    source = LaeDino.tiny(seed=3, box_threshold=0.0, text_threshold=0.0)
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for p in source.model.parameters():
@@ -212,7 +212,7 @@ def test_written_checkpoint_uses_upstream_names(tiny_pair):
 def test_upstream_checkpoint_loads_strictly_and_lands_in_place(tiny_pair):
     source, folder, upstream = tiny_pair
     torch.save({"meta": {"epoch": 12}, "state_dict": upstream}, folder / "lae_dino_tiny.pth")
-    loaded = LaeDinoBackend.from_weights(
+    loaded = LaeDino.from_weights(
         str(folder / "lae_dino_tiny.pth"),
         architecture="tiny",
         box_threshold=0.0,
@@ -252,7 +252,7 @@ def test_unexpected_upstream_key_is_listed(tiny_pair, tmp_path):
     bad = dict(upstream, **{"bbox_head.extra_branch.weight": torch.zeros(2)})
     torch.save(bad, tmp_path / "bad.pth")
     with pytest.raises(WeightsError, match=r"unexpected keys \(1\).*bbox_head\.extra_branch\.weight"):
-        LaeDinoBackend.from_weights(
+        LaeDino.from_weights(
             str(tmp_path / "bad.pth"), architecture="tiny", tokenizer_path=str(folder / "bert-base-uncased")
         )
 
@@ -264,7 +264,7 @@ def test_missing_upstream_key_is_listed(tiny_pair, tmp_path):
     with pytest.raises(
         WeightsError, match=r"missing keys \(1\).*model\.encoder\.visgt_layers\.0\.final_layer_norm\.bias"
     ):
-        LaeDinoBackend.from_weights(
+        LaeDino.from_weights(
             str(tmp_path / "short.pth"), architecture="tiny", tokenizer_path=str(folder / "bert-base-uncased")
         )
 

@@ -14,7 +14,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from PIL import Image
 
-from geopilot.data_gen.records import AnnotationRecord, ObjectAnnotation
+from geopilot.image_access import ImageAccessPolicy
+from geopilot.records import AnnotationRecord, ObjectAnnotation
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.mcp_server import build_server
 from geopilot.tools.registry import build_registry
@@ -50,7 +51,7 @@ def _text(result) -> str:
 
 def test_in_process_list_call_and_errors(tmp_path):
     registry = build_registry(annotations=_record())
-    server = build_server(registry, max_pixels=10_000)
+    server = build_server(registry, max_pixels=10_000, access=ImageAccessPolicy.from_roots([tmp_path]))
     png = tmp_path / "x.png"
     Image.new("RGB", (16, 16)).save(png)
 
@@ -93,7 +94,7 @@ def test_in_process_list_call_and_errors(tmp_path):
         "unknown": "unknown tool 'count_ships'",
         "no_image": "image: required",
         "url": "image: URLs are not fetched",
-        "garbage": "image: neither an existing local file nor valid base64",
+        "garbage": "image: not accepted: send base64 image data",
         "too_large": "exceeds the limit of 10,000",
     }
     for key, message in expected.items():
@@ -106,7 +107,7 @@ def test_stdio_subprocess_lists_tools_runs_spa_gan_and_reports_errors():
     env = {**os.environ, "GEOPILOT_WEIGHTS_DIR": str(weights_candidate())}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "geopilot.cli", "mcp", "--transport", "stdio", "--set", "device=cpu"],
+        args=["-m", "geopilot.cli", "mcp", "--transport", "stdio", "device=cpu", f"image_roots=[{FIXTURES}]"],
         env=env,
         cwd=str(REPO),
     )

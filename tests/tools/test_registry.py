@@ -137,10 +137,11 @@ def test_out_of_range_box_from_a_backend_never_reaches_the_llm(image):
     assert result.error_kind == "invalid_output" and "1.2 is outside [0, 1]" in result.error
 
 
-def test_unavailable_backend_is_a_clear_error_in_the_result(image):
+def test_backend_without_weights_is_a_clear_error_in_the_result(image, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(tmp_path))
     result = build_registry().call(Action(tool="extract_roads", params={}), image)
     assert not result.ok and result.error_kind == "tool_error"
-    assert "backend 'sam_road' is not available yet" in result.error
+    assert "weights not found: put sam_road/cityscale_vitb_512_e10.ckpt at" in result.error
 
 
 def test_missing_weights_are_reported_at_call_time(image, tmp_path, monkeypatch):
@@ -188,3 +189,22 @@ def test_detect_tools_share_one_model():
 def test_every_backend_names_tasks_that_exist():
     for spec in BACKENDS.values():
         assert spec.tasks <= set(TASKS_BY_NAME)
+
+
+def test_importing_and_building_the_default_registry_imports_no_torch():
+    """The registry is lazy: building it (the CLI's `tools list`, the MCP schema listing, data_gen validation) reads
+    configs/tools.yaml only; torch and every specialist's module load on a tool's first call."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "import geopilot.tools.registry as registry\n"
+        "assert 'torch' not in sys.modules, 'import geopilot.tools.registry imported torch'\n"
+        "assert not [m for m in sys.modules if m.startswith('geopilot.data_gen')], 'the tool layer imports data_gen'\n"
+        "registry.build_registry()\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'open_clip') if m in sys.modules)\n"
+        "assert not heavy, f'build_registry() imported {heavy}'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -23,7 +23,7 @@ from PIL import Image
 
 from geopilot.cli import main
 from geopilot.errors import WeightsError
-from geopilot.tools.spa_gan import SpaGanBackend, SpaNet, upstream_key_to_ours
+from geopilot.tools.spa_gan import SpaGan, SpaNet, upstream_key_to_ours
 
 from .conftest import FIXTURES, spa_gan_checkpoint
 
@@ -39,7 +39,7 @@ def test_key_map_covers_every_upstream_key_of_both_checkpoints():
 
 
 def test_real_checkpoint_loads_strictly_with_219300_parameters():
-    backend = SpaGanBackend.from_weights(spa_gan_checkpoint(), device="cpu")
+    backend = SpaGan.from_weights(spa_gan_checkpoint(), device="cpu")
     assert sum(p.numel() for p in backend.model.parameters()) == 219_300
 
 
@@ -49,13 +49,13 @@ def test_checkpoint_with_an_extra_key_is_rejected_with_its_name(tmp_path):
     path = tmp_path / "extra.pth"
     torch.save(state, path)
     with pytest.raises(WeightsError, match=r"unexpected keys \(1\): blocks\.17\.conv1\.weight"):
-        SpaGanBackend.from_weights(path)
+        SpaGan.from_weights(path)
 
 
 def test_cli_remove_clouds_matches_upstream_output(tmp_path, weights_root, capsys):
     out = tmp_path / "out"
     code = main(
-        ["tools", "run", "remove_clouds", "--image", str(INPUT), "--out", str(out), "--set", "device=cpu", "--json"]
+        ["tools", "run", "remove_clouds", "--image", str(INPUT), "--out", str(out), "device=cpu", "--json"]
     )
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "output.json").read_text())
@@ -71,7 +71,7 @@ def test_cli_remove_clouds_matches_upstream_output(tmp_path, weights_root, capsy
 
 
 def test_tiny_random_generator_keeps_size_and_range():
-    result = SpaGanBackend.tiny(seed=0).restore(Image.new("RGB", (37, 23), (200, 210, 220)))
+    result = SpaGan.tiny(seed=0).restore(Image.new("RGB", (37, 23), (200, 210, 220)))
     assert result.restored.size == (37, 23) and result.restored.mode == "RGB"
     assert result.attention.shape == (23, 37)
     assert 0.0 <= float(result.attention.min()) <= float(result.attention.max()) <= 1.0
@@ -80,9 +80,9 @@ def test_tiny_random_generator_keeps_size_and_range():
 def test_tiled_restoration_equals_one_whole_image_pass():
     rng = np.random.default_rng(3)
     bgr = rng.random((3, 40, 120), dtype=np.float32)  # two tiles side by side
-    whole_att, whole = SpaGanBackend.tiny(seed=1, tile_size=0).generate(bgr)
-    tiled_att, tiled = SpaGanBackend.tiny(seed=1, tile_size=64).generate(bgr)
+    whole_att, whole = SpaGan.tiny(seed=1, tile_size=0).generate(bgr)
+    tiled_att, tiled = SpaGan.tiny(seed=1, tile_size=64).generate(bgr)
     assert np.abs(tiled - whole).max() < 1e-4 and np.abs(tiled_att - whole_att).max() < 1e-4
     # the margin is what makes it exact: without one, the tiles differ at the seams
-    seams, _ = SpaGanBackend.tiny(seed=1, tile_size=64, tile_margin=0).generate(bgr)
+    seams, _ = SpaGan.tiny(seed=1, tile_size=64, tile_margin=0).generate(bgr)
     assert np.abs(seams - whole_att).max() > 1e-3

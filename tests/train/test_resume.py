@@ -17,6 +17,7 @@ from train_helpers import ROOT, stage1_args
 
 import train
 from geopilot.training.checkpoint import CheckpointError, CheckpointStore
+from geopilot.training.config import TrainConfig
 from geopilot.training.demo_data import write_demo_dataset
 
 # 8 optical samples = 4 batches of 2 = 2 steps of 4 per epoch; 5 steps cross two epoch boundaries.
@@ -28,10 +29,17 @@ def small_dataset(tmp_path_factory) -> Path:
     return write_demo_dataset(tmp_path_factory.mktemp("small"), optical=8, sar=2, seed=1)
 
 
-def run_killed(args: list[str]) -> subprocess.CompletedProcess:
+def run_killed(step: int, event: str, args: list[str]) -> subprocess.CompletedProcess:
+    """train.main(args) in a fresh process whose step callback SIGKILLs it at (step, event)."""
     env = {**os.environ, "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
+    helper = Path(__file__).with_name("train_helpers.py")
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(helper), str(step), event, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -48,10 +56,14 @@ def assert_same_training(reference: Path, resumed: Path) -> None:
 
 def test_killed_run_resumes_to_the_same_parameters_and_sample_order(small_dataset, tmp_path, capsys):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    assert train.main(stage1_args(small_dataset, reference, *ARGS)) == 0
+    events = []
+    assert train.main(stage1_args(small_dataset, reference, *ARGS), on_step=lambda *e: events.append(e)) == 0
+    checkpoint_then_step = [(3, "checkpoint"), (3, "step"), (4, "step"), (5, "checkpoint"), (5, "step")]
+    assert events == [(1, "step"), (2, "step"), *checkpoint_then_step]  # the callback is the only crash hook:
+    assert "debug" not in TrainConfig.model_fields  # fault injection is no part of the training config
 
-    command = stage1_args(small_dataset, resumed, *ARGS, "debug.crash_at_step=4")
-    crashed = run_killed(command)
+    command = stage1_args(small_dataset, resumed, *ARGS)
+    crashed = run_killed(4, "step", command)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     steps_logged = [
         json.loads(line)["step"] for line in (resumed / "logs/samples.rank0.jsonl").read_text().splitlines()
@@ -83,10 +95,8 @@ def test_killed_run_resumes_to_the_same_parameters_and_sample_order(small_datase
 def test_kill_during_checkpoint_write_never_leaves_a_loadable_half(small_dataset, tmp_path):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     assert train.main(stage1_args(small_dataset, reference, *ARGS)) == 0
-    command = stage1_args(
-        small_dataset, resumed, *ARGS, "checkpoint.save_steps=2", "debug.crash_in_checkpoint_at_step=4"
-    )
-    crashed = run_killed(command)
+    command = stage1_args(small_dataset, resumed, *ARGS, "checkpoint.save_steps=2")
+    crashed = run_killed(4, "checkpoint", command)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     checkpoints = resumed / "checkpoints"
     assert (checkpoints / ".tmp-step-00000004").is_dir() and not (checkpoints / "step-00000004").exists()

@@ -1,7 +1,13 @@
-"""argv builders for in-process `train.main` runs on the tiny configs."""
+"""argv builders for in-process `train.main` runs on the tiny configs, and a run that SIGKILLs itself.
+
+    python tests/train/train_helpers.py STEP EVENT <train.py args>   # train.main(args, on_step=kill_at(STEP, EVENT))
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,3 +46,20 @@ def stage2_args(data: Path, out: Path, stage1_export: Path, *extra: str) -> list
         *TINY,
         *extra,
     ]
+
+
+def kill_at(step: int, event: str):
+    """A train.py step callback that SIGKILLs the process at (step, event), as a pre-emption would."""
+
+    def on_step(at: int, what: str) -> None:
+        if (at, what) == (step, event):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return on_step
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    sys.exit(train.main(sys.argv[3:], on_step=kill_at(int(sys.argv[1]), sys.argv[2])))

@@ -1,15 +1,16 @@
-"""Common annotation records: what every source-dataset reader produces and the generator consumes.
+"""The shared annotation schema: what every source-dataset reader produces, the annotation-backed tool backend
+answers from, the generator consumes and evaluation scores against.
 
-All geometry is normalised to [0, 1] by the reader (x by the image width, y by its height), so one record
-feeds the annotation-backed tool backend (`geopilot.tools`) and the validators without knowing its source.
+It lives in the core so `geopilot.tools`, `geopilot.data_gen` and `geopilot.eval` all import it from here and none
+imports another through it. All geometry is normalised to [0, 1] by the reader (x by the image width, y by its
+height), so one record serves every consumer without knowing its source.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-Modality = Literal["optical", "sar"]
+from geopilot.sample import Modality
 
 
 @dataclass(frozen=True)

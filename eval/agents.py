@@ -1,0 +1,320 @@
+"""The agents under test. Each turns (case, image, seed) into an `AgentRun`: the calls the tool layer saw, the
+answer, rounds, tokens and latency. The tool layer (geopilot.eval.toolkit) is the same for all of them.
+
+  geopilot  a GeoPilot checkpoint in-process (`GeoPilot.from_pretrained(DIR).chat`): its own wire format
+  openai    any OpenAI-compatible chat endpoint with image input; tools in the prompt or as OpenAI functions
+  hf        a local transformers VLM directory (AutoModelForImageTextToText + its processor's chat template)
+The openai and hf agents read the same tool prompt, parse replies with the universal parser
+(geopilot.eval.tool_calls), run the calls through the registry and send the outputs back (THE formatter,
+`geopilot.wire.format_tool_turn`, or OpenAI `tool` messages) until the model answers or `max_rounds` is spent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from geopilot.errors import GeoPilotInputError
+from geopilot.eval.cases import Case
+from geopilot.eval.scorer import AgentRun, CallRecord
+from geopilot.eval.tool_calls import ParsedReply, parse_reply
+from geopilot.eval.toolkit import openai_tools, sha256_text, tool_prompt
+from geopilot.image import LoadedImage, load_image
+from geopilot.sample import Action
+from geopilot.tool_output import llm_view
+from geopilot.tool_protocol import ToolRegistry, ToolResult
+from geopilot.wire import dumps, format_tool_turn
+
+RAW_CHARS = 2000
+
+
+class InfraError(Exception):
+    """The agent could not produce a reply for reasons outside the model: timeout, endpoint failure, crash."""
+
+
+class Reply:
+    """One model turn: its text, OpenAI tool_calls (raw), and token counts."""
+
+    def __init__(self, text: str | None, tool_calls: list | None = None, tokens_in: int = 0, tokens_out: int = 0,
+                 cost_usd: float | None = None):  # fmt: skip
+        self.text, self.tool_calls = text, tool_calls or []
+        self.tokens_in, self.tokens_out, self.cost_usd = tokens_in, tokens_out, cost_usd
+
+
+def execute(registry: ToolRegistry, parsed: ParsedReply, image: LoadedImage, case: Case, round_: int):
+    """Run the parsed calls through the registry; (call records, tool results) in call order."""
+    records, results = [], []
+    for call in parsed.calls:
+        try:
+            result = registry.call(Action(tool=call.tool, params=call.params), image, case.modality)
+        except Exception as err:  # noqa: BLE001 - Action itself can reject an empty name
+            result = ToolResult(call.tool or "?", dict(call.params), error=str(err), error_kind="unknown_tool")
+        results.append(result)
+        records.append(CallRecord(tool=call.tool, params=dict(call.params), ok=result.ok, error_kind=result.error_kind,
+                                  error=result.error, round=round_))  # fmt: skip
+    return records, results
+
+
+def tool_loop(
+    case: Case,
+    image: LoadedImage,
+    registry: ToolRegistry,
+    ask: Callable[[], Reply],
+    add_turn: Callable[[Reply, ParsedReply, list[ToolResult]], None],
+) -> AgentRun:
+    """Ask, parse, run the calls, send the outputs back; until an answer or max_rounds tool rounds."""
+    run = AgentRun(dialect="empty")
+    started = time.perf_counter()
+    cost: float | None = 0.0
+    for round_ in range(1, case.max_rounds + 2):
+        reply = ask()
+        run.tokens_in += reply.tokens_in
+        run.tokens_out += reply.tokens_out
+        cost = None if cost is None or reply.cost_usd is None else cost + reply.cost_usd
+        parsed = parse_reply(reply.text, reply.tool_calls)
+        if round_ == 1:
+            run.raw = (reply.text or "")[:RAW_CHARS] or dumps(reply.tool_calls)[:RAW_CHARS]
+            run.dialect, run.parse_error = parsed.dialect, parsed.error
+        if not parsed.ok or not parsed.calls:
+            run.answer = parsed.answer if parsed.ok else (reply.text or None)
+            break
+        if round_ > case.max_rounds:  # still asking for tools: recorded, not run
+            run.rounds = round_
+            run.calls += [CallRecord(tool=c.tool, params=c.params, ok=False, error_kind="round_limit",
+                                     error="over max_rounds", round=round_) for c in parsed.calls]  # fmt: skip
+            run.answer = parsed.answer
+            break
+        records, results = execute(registry, parsed, image, case, round_)
+        run.calls += records
+        run.rounds = round_
+        add_turn(reply, parsed, results)
+    run.latency_s = time.perf_counter() - started
+    run.cost_usd = cost if cost else None
+    return run
+
+
+def _failed_run(err: Exception, started: float) -> AgentRun:
+    return AgentRun(dialect="empty", infra_error=f"{type(err).__name__}: {err}"[:500],
+                    latency_s=time.perf_counter() - started)  # fmt: skip
+
+
+# -- geopilot -----------------------------------------------------------------------------------------------------
+
+
+class GeoPilotAgent:
+    name = "geopilot"
+
+    def __init__(self, model: str, registry: ToolRegistry, generation: dict, device: str = "auto", pilot=None):
+        from geopilot.agent import GeoPilot
+        from geopilot.wire import SYSTEM_PROMPT
+
+        if pilot is None and not Path(model).is_dir():
+            raise GeoPilotInputError(f"--model {model!r} is not a model directory")
+        self.pilot = pilot or GeoPilot.from_pretrained(model, tools=registry, device=device)
+        self.generation = generation
+        self.prompt_hash = sha256_text(SYSTEM_PROMPT)
+        self.config = {"agent": self.name, "model": str(Path(model).resolve()), "generation": generation}
+
+    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+        import torch
+
+        started = time.perf_counter()
+        try:
+            torch.manual_seed(seed)
+            result = self.pilot.chat(str(image), case.query, max_rounds=case.max_rounds, generation=self.generation,
+                                     modality=case.modality)  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - an agent crash is an infra error of this row, not of the run
+            return _failed_run(err, started)
+        parsed_turns = [t for t in result.turns if t.parse != "failed"]
+        if result.outcome == "unparsable" or not parsed_turns:
+            dialect = "unparsable"
+        else:
+            dialect = "llava_plus" if parsed_turns[0].parse == "llava_plus" else "geopilot_json"
+        rounds = max((c.round for c in result.tool_calls), default=0)
+        if result.outcome == "round_limit":
+            rounds = case.max_rounds + 1
+        return AgentRun(
+            dialect=dialect,
+            calls=[CallRecord(tool=c.tool, params=c.params, ok=c.error is None, error_kind=c.error_kind,
+                              error=c.error, round=c.round) for c in result.tool_calls],  # fmt: skip
+            answer=result.answer,
+            rounds=rounds,
+            latency_s=result.timings.total,
+            tokens_in=result.tokens.input,
+            tokens_out=result.tokens.generated,
+            parse_error=result.turns[0].parse_error if result.turns else None,
+            raw=result.turns[0].text[:RAW_CHARS] if result.turns else "",
+        )
+
+
+# -- openai-compatible endpoint -----------------------------------------------------------------------------------
+
+OPENAI_SYSTEM = "You are a remote-sensing assistant. Call the provided tools when the question needs them."
+
+
+def _data_url(image: Path) -> str:
+    mime = mimetypes.guess_type(image.name)[0] or "image/png"
+    return f"data:{mime};base64," + base64.b64encode(image.read_bytes()).decode("ascii")
+
+
+class OpenAIAgent:
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str, registry: ToolRegistry, api_key_env: str | None = None,
+                 tools_as: str = "prompt", temperature: float = 0.0, max_tokens: int = 1024, timeout_s: float = 120.0,
+                 retries: int = 2):  # fmt: skip
+        import httpx
+
+        if not base_url.startswith(("http://", "https://")):
+            raise GeoPilotInputError(f"--base-url must start with http:// or https://, got {base_url!r}")
+        key = None
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise GeoPilotInputError(f"--api-key-env {api_key_env}: the environment variable is not set")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.registry, self.tools_as = model, registry, tools_as
+        self.temperature, self.max_tokens, self.retries = temperature, max_tokens, retries
+        self.timeout_s = timeout_s
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = httpx.Client(timeout=timeout_s, headers=headers)
+        self.system = tool_prompt(registry) if tools_as == "prompt" else OPENAI_SYSTEM
+        self.functions = openai_tools(registry) if tools_as == "openai" else None
+        self.prompt_hash = sha256_text(self.system + (json.dumps(self.functions, sort_keys=True) if self.functions else ""))
+        self.config = {"agent": self.name, "base_url": base_url, "model": model, "tools_as": tools_as,
+                       "temperature": temperature, "max_tokens": max_tokens}  # fmt: skip
+
+    def _post(self, body: dict) -> dict:
+        import httpx
+
+        problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(0.25 * 2**attempt, 4.0))
+            try:
+                response = self.client.post(self.url, json=body)
+            except httpx.TimeoutException:
+                problem = f"timed out after {self.timeout_s:g} s"
+                continue
+            except httpx.HTTPError as err:
+                problem = f"{type(err).__name__}: {err}"
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                problem = f"HTTP {response.status_code}"
+                continue
+            if response.status_code >= 400:
+                raise InfraError(f"HTTP {response.status_code}: {response.text[:200]}")
+            try:
+                return response.json()
+            except ValueError:
+                raise InfraError("the endpoint returned a body that is not JSON") from None
+        raise InfraError(f"{problem} (after {self.retries + 1} attempts)")
+
+    def _ask(self, messages: list[dict], seed: int) -> Reply:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                                "max_tokens": self.max_tokens, "seed": seed}  # fmt: skip
+        if self.functions:
+            body["tools"] = self.functions
+        data = self._post(body)
+        try:
+            message = data["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            raise InfraError("the response has no choices[0].message") from None
+        usage = data.get("usage") or {}
+        cost = usage.get("cost") if isinstance(usage.get("cost"), int | float) else None
+        return Reply(message.get("content"), message.get("tool_calls"), int(usage.get("prompt_tokens") or 0),
+                     int(usage.get("completion_tokens") or 0), cost)  # fmt: skip
+
+    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+        started = time.perf_counter()
+        content: list[dict] = [{"type": "text", "text": case.query}]
+        if image is not None:
+            content.append({"type": "image_url", "image_url": {"url": _data_url(image)}})
+        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+
+        def add_turn(reply: Reply, parsed: ParsedReply, results: list[ToolResult]) -> None:
+            if parsed.dialect == "openai_tool_calls":
+                messages.append({"role": "assistant", "content": reply.text, "tool_calls": reply.tool_calls})
+                for call, result in zip(parsed.calls, results, strict=True):
+                    view = llm_view(result.for_formatter()[1])
+                    messages.append({"role": "tool", "tool_call_id": call.id or "", "content": dumps(view)})
+            else:
+                messages.append({"role": "assistant", "content": reply.text or ""})
+                turn = format_tool_turn([r.for_formatter() for r in results], case.query)
+                messages.append({"role": "user", "content": turn})
+
+        try:
+            loaded = load_image(image) if image is not None else None
+            return tool_loop(case, loaded, self.registry, lambda: self._ask(messages, seed), add_turn)
+        except Exception as err:  # noqa: BLE001 - endpoint failures and anything else: this row's infra error
+            return _failed_run(err, started)
+
+
+# -- local transformers VLM ---------------------------------------------------------------------------------------
+
+
+class HFAgent:
+    name = "hf"
+
+    def __init__(self, model: str, registry: ToolRegistry, generation: dict, device: str = "auto"):
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        if not Path(model).is_dir():
+            raise GeoPilotInputError(f"--model {model!r} is not a model directory")
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        self.processor = AutoProcessor.from_pretrained(model)
+        if getattr(self.processor, "chat_template", None) is None:
+            raise GeoPilotInputError(f"--model {model!r}: the processor has no chat template")
+        self.model = AutoModelForImageTextToText.from_pretrained(model).to(self.device).eval()
+        self.registry, self.generation = registry, generation
+        self.prompt = tool_prompt(registry)
+        self.prompt_hash = sha256_text(self.prompt)
+        self.config = {"agent": self.name, "model": str(Path(model).resolve()), "generation": generation}
+
+    def _ask(self, messages: list[dict], pil_image) -> Reply:
+        import torch
+
+        text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        images = [pil_image] if pil_image is not None else None
+        inputs = self.processor(images=images, text=text, return_tensors="pt").to(self.device)
+        options = {"max_new_tokens": 256, "do_sample": False, **self.generation}
+        with torch.inference_mode():
+            output = self.model.generate(**inputs, **options)
+        new = output[0, inputs["input_ids"].shape[1] :]
+        reply = self.processor.tokenizer.decode(new, skip_special_tokens=True)
+        return Reply(reply, None, int(inputs["input_ids"].shape[1]), int(new.shape[0]))
+
+    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+        import torch
+
+        started = time.perf_counter()
+        first: list[dict] = [{"type": "image"}] if image is not None else []
+        first.append({"type": "text", "text": f"{self.prompt}\n\n{case.query}"})
+        messages = [{"role": "user", "content": first}]
+
+        def add_turn(reply: Reply, parsed: ParsedReply, results: list[ToolResult]) -> None:
+            messages.append({"role": "assistant", "content": reply.text or ""})
+            turn = format_tool_turn([r.for_formatter() for r in results], case.query)
+            messages.append({"role": "user", "content": [{"type": "text", "text": turn}]})
+
+        try:
+            torch.manual_seed(seed)
+            loaded = load_image(image) if image is not None else None
+            pil = loaded.image if loaded is not None else None
+            return tool_loop(case, loaded, self.registry, lambda: self._ask(messages, pil), add_turn)
+        except Exception as err:  # noqa: BLE001 - a crash of the model code is this row's infra error
+            return _failed_run(err, started)
+
+
+AGENTS: dict[str, str] = {
+    "geopilot": "a GeoPilot checkpoint in-process (--model DIR)",
+    "openai": "an OpenAI-compatible chat endpoint (--base-url URL --model NAME)",
+    "hf": "a local transformers VLM directory (--model DIR)",
+}

@@ -1,0 +1,149 @@
+"""The benchmark case format (docs/eval_planning.md): one JSON object per line, validated with pydantic on load.
+
+    {"id", "query", "image", "modality", "category", "difficulty", "expected_tools": [names in order; [] = no tool],
+     "param_checks": [{"tool", "field", "op", "value"}], "must_contain": [], "must_not_contain": [],
+     "ground_truth": [{"label", "value", "tolerance"}], "max_rounds"}
+
+`image` is relative to the folder of the case file (or absolute). The last four check lists are optional (empty
+by default); everything else is required. A bad line is rejected with its line number, case id and field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from geopilot.errors import GeoPilotInputError
+
+Difficulty = Literal["easy", "medium", "hard"]
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParamCheck(_Strict):
+    """A predicate on one parameter of the calls to `tool` (dotted `field`); passes when some call satisfies it.
+
+    contains: a list parameter has an item equal to `value`, or a text parameter contains `value` as whole words;
+    equals: equal to `value` (lists as sets); any_of: like contains, for any of the alternatives in `value`;
+    nonempty: present and not empty. Text is compared normalised (case, accents, hyphens, plural "s")."""
+
+    tool: str = Field(min_length=1)
+    field: str = Field(min_length=1)
+    op: Literal["contains", "equals", "any_of", "nonempty"]
+    value: Any = None
+
+    @model_validator(mode="after")
+    def _value_fits_op(self) -> ParamCheck:
+        if self.op == "any_of" and (not isinstance(self.value, list) or not self.value):
+            raise ValueError("op 'any_of' needs a non-empty list as value")
+        if self.op in ("contains", "equals") and self.value is None:
+            raise ValueError(f"op {self.op!r} needs a value")
+        return self
+
+
+class GroundTruth(_Strict):
+    """A number the answer must state near `label`, within +- `tolerance` (absolute, in the answer's unit)."""
+
+    label: str = Field(min_length=1)
+    value: float
+    tolerance: float = Field(0.0, ge=0)
+
+
+class Case(_Strict):
+    id: str = Field(min_length=1)
+    query: str = Field(min_length=1)
+    image: str | None  # relative to the case file's folder; null for a text-only case
+    modality: Literal["optical", "sar"]
+    category: str = Field(min_length=1)
+    difficulty: Difficulty
+    expected_tools: list[str]  # in order; [] = answer without any tool
+    param_checks: list[ParamCheck] = []
+    must_contain: list[str | list[str]] = []  # a keyword, or a list = any-of synonym group
+    must_not_contain: list[str] = []
+    ground_truth: list[GroundTruth] = []
+    max_rounds: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _checks_name_expected_tools(self) -> Case:
+        stray = sorted({check.tool for check in self.param_checks} - set(self.expected_tools))
+        if stray:
+            raise ValueError(f"param_checks name tools that are not in expected_tools: {stray}")
+        if len(self.expected_tools) > 0 and self.max_rounds < 1:
+            raise ValueError("a case that expects tools needs max_rounds >= 1")
+        return self
+
+
+class CaseSet(BaseModel):
+    """The cases of one file, with where it is (images resolve against its folder) and its content hash."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    sha256: str
+    cases: list[Case]
+
+    def image_path(self, case: Case) -> Path | None:
+        if case.image is None:
+            return None
+        image = Path(case.image)
+        return image if image.is_absolute() else self.path.parent / image
+
+    def by_id(self) -> dict[str, Case]:
+        return {case.id: case for case in self.cases}
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _problem(err: ValidationError) -> str:
+    first = err.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    message = "missing" if first["type"] == "missing" else first["msg"]
+    return f"field {field!r}: {message}" if field else message
+
+
+def load_cases(path: str | Path, check_images: bool = True) -> CaseSet:
+    """Read and validate a case file; raises GeoPilotInputError naming the line, the case id and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise GeoPilotInputError(f"case file {str(path)!r} does not exist")
+    cases: list[Case] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path.name} line {number}"
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise GeoPilotInputError(f"{where}: not JSON ({err.msg})") from None
+        if not isinstance(raw, dict):
+            raise GeoPilotInputError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        case_id = raw.get("id")
+        if case_id is not None:
+            where += f", case {case_id!r}"
+        try:
+            case = Case.model_validate(raw)
+        except ValidationError as err:
+            raise GeoPilotInputError(f"{where}: {_problem(err)}") from None
+        if case.id in seen:
+            raise GeoPilotInputError(f"{where}: duplicate id (first on line {seen[case.id]})")
+        seen[case.id] = number
+        cases.append(case)
+    if not cases:
+        raise GeoPilotInputError(f"case file {str(path)!r} holds no cases")
+    case_set = CaseSet(path=path.resolve(), sha256=file_sha256(path), cases=cases)
+    if check_images:
+        for case in cases:
+            image = case_set.image_path(case)
+            if image is not None and not image.is_file():
+                raise GeoPilotInputError(f"{path.name}, case {case.id!r}: image {str(image)!r} does not exist")
+    return case_set

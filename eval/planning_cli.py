@@ -1,0 +1,95 @@
+"""`geopilot eval planning --agent geopilot|openai|hf ... [--cases FILE] --seeds 42,1337,2024 --out DIR`.
+
+    geopilot eval planning --agent geopilot --model runs/s2/export --out runs/eval/geopilot
+    geopilot eval planning --agent openai --base-url http://localhost:8000/v1 --model Qwen2.5-VL-7B \
+        --tools-as openai --api-key-env OPENAI_API_KEY --out runs/eval/qwen
+    geopilot eval planning --agent hf --model /models/llava-1.5-7b-hf --out runs/eval/llava
+
+Writes DIR/results.jsonl (append-only; re-run the same command to resume), cases.csv, summary.json,
+leaderboard.md and leaderboard.png. docs/eval_planning.md describes the cases and the metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
+from geopilot.eval.agents import AGENTS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agent", required=True, choices=list(AGENTS), help="; ".join(f"{k}: {v}" for k, v in AGENTS.items()))
+    parser.add_argument("--model", required=True, help="model directory (geopilot, hf) or the endpoint's model name (openai)")
+    parser.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
+    parser.add_argument("--api-key-env", help="openai: the environment variable that holds the API key")
+    parser.add_argument("--tools-as", choices=["prompt", "openai"], default="prompt",
+                        help="openai: tools described in the system prompt (GeoPilot JSON replies) or as OpenAI functions")
+    parser.add_argument("--cases", help="a case file (JSONL); default: the frozen planning set planning_v1")
+    parser.add_argument("--seeds", default="42,1337,2024", help="comma-separated seeds (default 42,1337,2024)")
+    parser.add_argument("--out", required=True, help="the run folder (resumed if it holds this run)")
+    parser.add_argument("--tools-config", help="bind the real tool backends from this tools config instead of the planning fixture")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="tokens per generated turn")
+    parser.add_argument("--timeout-s", type=float, default=120.0, help="openai: seconds per request")
+    parser.add_argument("--retries", type=int, default=2, help="openai: retries after a timeout, 429 or 5xx")
+    parser.add_argument("--device", default="auto", help="geopilot, hf: cpu, cuda, cuda:1 (default: cuda when present)")
+    parser.add_argument("--json", action="store_true", help="print summary.json")
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise GeoPilotInputError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise GeoPilotInputError(f"--seeds needs at least one seed and no repeats, got {text!r}")
+    return seeds
+
+
+def build_agent(args: argparse.Namespace, registry):
+    from geopilot.eval import agents
+
+    if args.max_new_tokens < 1 or args.temperature < 0:
+        raise GeoPilotInputError("--max-new-tokens must be >= 1 and --temperature >= 0")
+    generation = {"max_new_tokens": args.max_new_tokens}
+    if args.temperature > 0:
+        generation.update(do_sample=True, temperature=args.temperature)
+    if args.agent == "openai":
+        if not args.base_url:
+            raise GeoPilotInputError("--agent openai needs --base-url")
+        agent = agents.OpenAIAgent(args.base_url, args.model, registry, args.api_key_env, args.tools_as,
+                                   args.temperature, args.max_new_tokens, args.timeout_s, args.retries)  # fmt: skip
+        return agent, f"openai:{args.model}"
+    if args.base_url or args.api_key_env:
+        raise GeoPilotInputError(f"--base-url and --api-key-env are for --agent openai, not {args.agent}")
+    cls = agents.GeoPilotAgent if args.agent == "geopilot" else agents.HFAgent
+    return cls(args.model, registry, generation, device=args.device), f"{args.agent}:{Path(args.model).name}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from geopilot.eval.cases import load_cases
+    from geopilot.eval.planning_set import CATEGORY_ORDER, PLANNING_FILE
+    from geopilot.eval.runner import run_benchmark
+    from geopilot.eval.toolkit import build_tool_layer
+
+    seeds = parse_seeds(args.seeds)
+    case_set = load_cases(args.cases or PLANNING_FILE)
+    registry, layer = build_tool_layer(args.tools_config)
+    agent, label = build_agent(args, registry)
+    step = max(1, len(case_set.cases) * len(seeds) // 20)
+
+    def progress(done: int, total: int) -> None:
+        if done % step == 0 or done == total:
+            print(f"[{done}/{total}]", file=sys.stderr, flush=True)
+
+    summary = run_benchmark(agent, case_set, seeds, args.out, layer, label, CATEGORY_ORDER, progress)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        metrics = "  ".join(f"{m} {100 * summary[m]:.1f}%" if summary[m] is not None else f"{m} –" for m in ("TSA", "PA", "NTA", "OPA"))
+        print(f"{label}: {metrics}  ({summary['n_cases']} cases x {len(seeds)} seeds, {summary['infra_errors']} infra errors)")
+        print(f"reports in {args.out}: results.jsonl cases.csv summary.json leaderboard.md leaderboard.png")
+    return 0

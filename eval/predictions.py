@@ -1,0 +1,106 @@
+"""Batched, resumable model inference for the benchmark tasks: `predict(pilot, items, out_dir)`.
+
+Each finished item is appended to `<out>/predictions.jsonl` as one line and flushed, so a killed run re-started
+with the same command skips every id already there and continues. A line records what scoring needs: the answer
+text, the outcome, the error (if any) and every tool call with its full canonical output (boxes, polygons, masks).
+Items go through `GeoPilot.chat_batch` `batch_size` at a time; if a batch fails on bad input (an unreadable
+image) the items are retried one by one and the bad one is recorded with its error and an empty answer, which
+scores as wrong — never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
+from geopilot.eval.loaders.common import BenchmarkError, EvalItem
+
+PREDICTIONS = "predictions.jsonl"
+
+
+def read_predictions(path: Path) -> dict[str, dict]:
+    """id -> record from a predictions JSONL; a line that does not parse (a torn last write) is ignored."""
+    records: dict[str, dict] = {}
+    if not path.is_file():
+        return records
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("id"), str):
+            records[record["id"]] = record
+    return records
+
+
+def _record(item: EvalItem, result) -> dict:
+    return {
+        "id": item.id,
+        "answer": result.answer,
+        "outcome": result.outcome,
+        "error": result.error,
+        "tool_calls": [
+            {
+                "tool": call.tool,
+                "params": call.params,
+                "output": call.output.model_dump(mode="json", exclude_none=True) if call.output is not None else None,
+                "error": call.error,
+            }
+            for call in result.tool_calls
+        ],
+    }
+
+
+def _failed(item: EvalItem, err: Exception) -> dict:
+    return {"id": item.id, "answer": "", "outcome": "input_error", "error": str(err), "tool_calls": []}
+
+
+def _batches(items: list[EvalItem], size: int) -> Iterable[list[EvalItem]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def predict(
+    pilot,
+    items: list[EvalItem],
+    out_dir: Path,
+    batch_size: int = 8,
+    max_rounds: int = 1,
+    generation: dict | None = None,
+    progress: bool = False,
+) -> dict[str, dict]:
+    """Run `pilot` on every item not yet in `<out_dir>/predictions.jsonl`; return all records by id."""
+    if batch_size < 1:
+        raise BenchmarkError("--batch-size must be >= 1")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / PREDICTIONS
+    done = read_predictions(path)
+    todo = [item for item in items if item.id not in done]
+    batches = _batches(todo, batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, total=-(-len(todo) // batch_size), desc="batches", unit="batch")
+    if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+        with path.open("a", encoding="utf-8") as sink:  # a torn last line (killed mid-write) stays ignored
+            sink.write("\n")
+    with path.open("a", encoding="utf-8") as sink:
+        for batch in batches:
+            requests = [{"image": i.image, "query": i.prompt, "modality": i.modality} for i in batch]
+            try:
+                results = pilot.chat_batch(requests, max_rounds, generation)
+                records = [_record(i, r) for i, r in zip(batch, results, strict=True)]
+            except GeoPilotInputError:
+                records = []
+                for item, request in zip(batch, requests, strict=True):
+                    try:
+                        records.append(_record(item, pilot.chat_batch([request], max_rounds, generation)[0]))
+                    except GeoPilotInputError as err:
+                        records.append(_failed(item, err))
+            for record in records:
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done[record["id"]] = record
+            sink.flush()
+    return done

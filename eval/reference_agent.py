@@ -1,0 +1,68 @@
+"""The scripted reference agent: replays a case's `reference_calls` through the same tool layer and answers by
+stating every number of every tool output next to its key. It shows what a correct agent scores on a suite, so a
+shortfall points at the cases, the tools or the scorer, not at a model.
+
+    geopilot eval planning --agent reference --catalog region/catalog.yaml --cases indicator_cases.jsonl --out DIR
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from geopilot.eval.agents import execute
+from geopilot.eval.cases import Case
+from geopilot.eval.scorer import AgentRun
+from geopilot.eval.tool_calls import Call, ParsedReply
+from geopilot.eval.toolkit import sha256_text
+from geopilot.image import load_image
+from geopilot.tool_protocol import ToolRegistry
+
+SKIPPED_KEYS = {"id", "level", "parent", "name"}  # identifiers, not findings (ids like VAL-N-1 read as numbers)
+
+
+def render(value: Any) -> str:
+    """A tool's `data` as one sentence of `key value` clauses, each number right after what it measures."""
+    if isinstance(value, dict):
+        head = f"{value['name']}: " if isinstance(value.get("name"), str) and "value" not in value else ""
+        if "name" in value and "value" in value:
+            return f"{value['name']} {render(value['value'])}"
+        clauses = [f"{key.replace('_', ' ')} {render(item)}" for key, item in value.items() if key not in SKIPPED_KEYS]
+        return head + ", ".join(clauses)
+    if isinstance(value, list):
+        return "; ".join(render(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def answer_from(results) -> str:
+    sentences = []
+    for result in results:
+        if not result.ok:
+            sentences.append(f"The {result.tool} tool could not answer: {result.error}.")
+        elif result.output.data is not None and result.output.data.get("rejected"):
+            sentences.append(f"I cannot help with that: {result.output.data.get('reason')}.")
+        elif result.output.data is not None:
+            sentences.append(f"{result.tool}: {render(result.output.data)}.")
+        else:
+            sentences.append(f"{result.tool}: done.")
+    return " ".join(sentences) or "No tool was needed."
+
+
+class ReferenceAgent:
+    name = "reference"
+
+    def __init__(self, registry: ToolRegistry):
+        self.registry = registry
+        self.prompt_hash = sha256_text("reference")
+        self.config = {"agent": self.name}
+
+    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+        started = time.perf_counter()
+        loaded = load_image(image) if image is not None else None
+        calls = [Call(tool=c.tool, params=dict(c.params)) for c in case.reference_calls]
+        records, results = execute(self.registry, ParsedReply(dialect="text", calls=calls), loaded, case, 1)
+        return AgentRun(dialect="reference", calls=records, answer=answer_from(results), rounds=1 if calls else 0,
+                        latency_s=time.perf_counter() - started)  # fmt: skip

@@ -1,0 +1,104 @@
+"""A benchmark run: every case x every seed through one agent, scored, appended to `DIR/results.jsonl`.
+
+The log is append-only and resumable: each row carries the run's config hash (agent settings, prompt hash,
+case-file hash, tool layer, scorer version) and the prompt hash; re-running the same command skips the
+(case, seed) pairs already there, so a killed run finishes without duplicate rows. A different config in the
+same DIR is refused. After the loop the reports are rewritten from the log: `cases.csv`, `summary.json`,
+`leaderboard.md` and `leaderboard.png` (geopilot.eval.report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
+from geopilot.eval.cases import DIFFICULTIES, CaseSet
+from geopilot.eval.metrics import summarise
+from geopilot.eval.scorer import score
+from geopilot.eval.toolkit import canonical_hash
+
+SCORER_VERSION = "1"
+RESULTS = "results.jsonl"
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a results log; a line cut off by a kill is skipped (it is re-run)."""
+    rows = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "case_id" in row and "seed" in row:
+            rows.append(row)
+    return rows
+
+
+def _append(path: Path, row: dict) -> None:
+    text = json.dumps(row, ensure_ascii=False) + "\n"
+    with path.open("ab") as handle:
+        if handle.tell() > 0:
+            with path.open("rb") as existing:
+                existing.seek(-1, os.SEEK_END)
+                if existing.read(1) != b"\n":
+                    text = "\n" + text  # the previous run was killed mid-line
+        handle.write(text.encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def run_benchmark(
+    agent,
+    case_set: CaseSet,
+    seeds: list[int],
+    out: str | Path,
+    tool_layer: str,
+    label: str,
+    category_order: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Run what is missing from DIR/results.jsonl, then write the reports; returns summary.json's content."""
+    from geopilot.eval.report import write_reports
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GeoPilotInputError(f"--out {str(out)!r} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / RESULTS
+    config = {**agent.config, "prompt_hash": agent.prompt_hash, "cases_sha256": case_set.sha256,
+              "tool_layer": tool_layer, "scorer": SCORER_VERSION}  # fmt: skip
+    config_hash = canonical_hash(config)
+    existing = read_rows(results)
+    others = {row.get("config_hash") for row in existing} - {config_hash}
+    if others:
+        raise GeoPilotInputError(
+            f"{str(out)!r} holds a run with another configuration (config hash {sorted(others)[0][:12]}); "
+            "use a new --out folder"
+        )
+    done = {(row["case_id"], row["seed"]) for row in existing}
+    todo = [(seed, case) for seed in seeds for case in case_set.cases if (case.id, seed) not in done]
+    for index, (seed, case) in enumerate(todo, start=1):
+        run = agent.run(case, case_set.image_path(case), seed)
+        scored = score(case, run)
+        _append(results, {
+            "case_id": case.id, "seed": seed, "category": case.category, "difficulty": case.difficulty,
+            "modality": case.modality, "agent": label, "config_hash": config_hash, "prompt_hash": agent.prompt_hash,
+            "cases_sha256": case_set.sha256, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "run": run.model_dump(mode="json"), "score": scored.model_dump(mode="json"),
+        })  # fmt: skip
+        if progress is not None:
+            progress(index, len(todo))
+    ids = {case.id for case in case_set.cases}
+    rows = [row for row in read_rows(results) if row["case_id"] in ids and row["seed"] in seeds]
+    order = category_order or list(dict.fromkeys(case.category for case in case_set.cases))
+    summary = summarise(rows, order, list(DIFFICULTIES))
+    summary.update({"agent": label, "config": config, "config_hash": config_hash, "prompt_hash": agent.prompt_hash,
+                    "cases_file": str(case_set.path), "cases_sha256": case_set.sha256})  # fmt: skip
+    write_reports(out, rows, summary)
+    return summary

@@ -1,0 +1,186 @@
+"""`geopilot eval <task>` for the benchmark tasks, `geopilot eval captions` and `geopilot eval tools-e2e`.
+
+`COMMAND[<name>]` holds each subcommand's `add_arguments(parser)` and `run(args)`; `eval/cli.py`'s table names the
+one-line modules in `geopilot.eval.task_commands` that bind them.
+
+    geopilot eval rsvqa-lr --model runs/s2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
+    geopilot eval captions --pred preds.jsonl --ref refs.jsonl --json
+    geopilot eval tools-e2e --model DIR --segmentation data/OpenEarthMap --referring data/GeoChat-Bench --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a GeoPilot / llava-hf model directory")
+    parser.add_argument("--out", required=True, help="output folder: predictions.jsonl (resumable), metrics, report")
+    parser.add_argument("--batch-size", type=int, default=8, help="requests per GeoPilot.chat_batch call")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="generation limit per turn")
+    parser.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the model's)")
+    parser.add_argument("--tools-config", default=None, help="tools YAML (default configs/tools.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+
+
+def _pilot(args: argparse.Namespace):
+    from geopilot import GeoPilot
+
+    model = Path(args.model)
+    if not (model / "config.json").is_file():
+        raise GeoPilotInputError(f"--model {model} is not a model directory (no config.json)")
+    return GeoPilot.from_pretrained(model, device=args.device, dtype=args.dtype, tools_config=args.tools_config)
+
+
+def _print(metrics: dict, args: argparse.Namespace, out: Path) -> None:
+    print(json.dumps(metrics, sort_keys=True) if args.json else f"wrote {out / 'report.md'} and {out / 'metrics.json'}")
+
+
+def _task_command(name: str) -> tuple[Callable, Callable]:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        from geopilot.eval.tasks import TASKS
+
+        parser.add_argument("--data", required=True, help=TASKS[name].data_help)
+        _model_arguments(parser)
+        if name == "sar-caption":
+            parser.add_argument("--tokenize", choices=["raw", "ptb"], default="raw", help="caption tokenisation")
+
+    def run(args: argparse.Namespace) -> int:
+        from geopilot.eval.tasks import run_task
+
+        metrics = run_task(
+            name,
+            _pilot(args),
+            args.data,
+            Path(args.out),
+            batch_size=args.batch_size,
+            generation={"max_new_tokens": args.max_new_tokens},
+            options={"tokenizer": getattr(args, "tokenize", "raw")},
+            progress=not args.json,
+        )
+        _print(metrics, args, Path(args.out))
+        return 0
+
+    return add_arguments, run
+
+
+def _read_jsonl(path: str, what: str) -> list[dict]:
+    file = Path(path)
+    if not file.is_file():
+        raise GeoPilotInputError(f"{what} file {file} not found")
+    rows = []
+    for number, line in enumerate(file.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise GeoPilotInputError(f"{file}:{number}: not JSON ({err.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)):
+            raise GeoPilotInputError(f"{file}:{number}: expected an object with an 'id'")
+        rows.append(row)
+    return rows
+
+
+def read_caption_files(pred: str, ref: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """`--ref` lines `{"id", "references": [...]}`, `--pred` lines `{"id", "caption"}`; duplicate ids are errors."""
+    references: dict[str, list[str]] = {}
+    for row in _read_jsonl(ref, "--ref"):
+        key, refs = str(row["id"]), row.get("references")
+        if key in references:
+            raise GeoPilotInputError(f"--ref: duplicate id {key!r}")
+        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r.strip() for r in refs):
+            raise GeoPilotInputError(f"--ref: id {key!r} needs 'references', a non-empty list of non-empty strings")
+        references[key] = refs
+    predictions: dict[str, str] = {}
+    for row in _read_jsonl(pred, "--pred"):
+        key, caption = str(row["id"]), row.get("caption")
+        if key in predictions:
+            raise GeoPilotInputError(f"--pred: duplicate id {key!r}")
+        if not isinstance(caption, str):
+            raise GeoPilotInputError(f"--pred: id {key!r} needs 'caption', a string")
+        predictions[key] = caption
+    if not references:
+        raise GeoPilotInputError("--ref holds no captions")
+    return references, predictions
+
+
+def _captions_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pred", required=True, help='predictions JSONL: {"id", "caption"} per line')
+    parser.add_argument("--ref", required=True, help='references JSONL: {"id", "references": [...]} per line')
+    parser.add_argument("--tokenize", choices=["raw", "ptb"], default="raw", help="raw (SARLANG official) or ptb")
+    parser.add_argument("--json", action="store_true", help="print BLEU-1..4, ROUGE-L, CIDEr as JSON fractions")
+
+
+def _captions_run(args: argparse.Namespace) -> int:
+    import sys
+
+    from geopilot.eval.tasks import score_captions
+
+    references, predictions = read_caption_files(args.pred, args.ref)
+    metrics = score_captions(references, predictions, args.tokenize)
+    if metrics["missing"]:
+        print(
+            f"geopilot eval captions: {metrics['missing']} id(s) have no prediction and score as empty captions "
+            f"(first: {', '.join(metrics['missing_ids'][:5])})",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps(metrics, sort_keys=True))
+    else:
+        for key in ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr"):
+            print(f"{key:8} {metrics[key]:.4f}")
+    return 0
+
+
+def _e2e_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--segmentation", help="OpenEarthMap root (semantic segmentation, mIoU)")
+    parser.add_argument("--referring", help="GeoChat-Bench referring.jsonl or its folder (Acc@0.5)")
+    parser.add_argument("--split", default="test", help="OpenEarthMap split list (test.txt, val.txt)")
+    _model_arguments(parser)
+
+
+def _e2e_run(args: argparse.Namespace) -> int:
+    from geopilot.eval.tools_e2e import run_tools_e2e
+
+    result = run_tools_e2e(
+        _pilot(args),
+        Path(args.out),
+        args.segmentation,
+        args.referring,
+        split=args.split,
+        batch_size=args.batch_size,
+        generation={"max_new_tokens": args.max_new_tokens},
+    )
+    _print(result, args, Path(args.out))
+    return 0
+
+
+@dataclass(frozen=True)
+class SubCommand:
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _task(name: str, summary: str) -> SubCommand:
+    add, run = _task_command(name)
+    return SubCommand(summary, add, run)
+
+
+COMMAND: dict[str, SubCommand] = {
+    "rsvqa-lr": _task("rsvqa-lr", "RSVQA-LRBEN accuracy (presence, comp, rural_urban; count reported apart)"),
+    "rsvqa-hr": _task("rsvqa-hr", "RSVQA-HRBEN accuracy (presence, comp)"),
+    "referring": _task("referring", "GeoChat referring detection Acc@0.5 (small/medium/large, single/multiple)"),
+    "sar-vqa": _task("sar-vqa", "SAR VQA accuracy (OI, IC, OC, OP)"),
+    "sar-caption": _task("sar-caption", "SARLANG-1M-Cap captioning (BLEU-1..4, ROUGE-L, CIDEr)"),
+    "captions": SubCommand("caption metrics of prediction files (no model)", _captions_arguments, _captions_run),
+    "tools-e2e": SubCommand("end-to-end tool tasks: GeoPilot vs the standalone tool", _e2e_arguments, _e2e_run),
+}

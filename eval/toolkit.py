@@ -1,0 +1,85 @@
+"""The fixed tool layer every agent is measured on, and the one tool-description prompt every prompted agent reads.
+
+The planning benchmark grades plans, so by default the ten task-level tools run on the *planning fixture*:
+each call is validated exactly as in production (the tool's pydantic params model, its modality, the image
+size limit; `geopilot.tool_protocol.ToolRegistry.call`) and a valid call returns an empty canonical output.
+That keeps the layer offline, deterministic and identical for every agent. `--tools-config FILE` binds the real
+backends instead (`geopilot.tools.registry.build_registry`) for end-to-end runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage
+from geopilot.tool_output import ToolOutput
+from geopilot.tool_protocol import ToolRegistry
+
+FIXTURE = "planning-fixture"
+PROMPT_VERSION = "planning-v1"
+
+
+class FixtureBackend:
+    """Answers every validated call with an empty canonical output (the planning metrics never read it)."""
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        return ToolOutput()
+
+
+def build_tool_layer(tools_config: str | Path | None = None) -> tuple[ToolRegistry, str]:
+    """(registry, name of the layer): the planning fixture, or the real backends of a tools config."""
+    if tools_config is not None:
+        from geopilot.tools.registry import build_registry
+
+        return build_registry(tools_config), f"tools-config:{Path(tools_config).name}"
+    from geopilot.tools.tasks import TASKS, TaskTool
+
+    backend = FixtureBackend()
+    return ToolRegistry([TaskTool(spec, backend, FIXTURE, DEFAULT_MAX_PIXELS) for spec in TASKS], 30.0), FIXTURE
+
+
+def tool_prompt(registry: ToolRegistry) -> str:
+    """The system prompt of every prompted agent: the tool descriptions and the reply format (GeoPilot JSON)."""
+    lines = [
+        "You are a remote-sensing assistant. You can call these tools on the user's image:",
+        "",
+    ]
+    for schema in registry.schemas():
+        params = json.dumps(schema["input_schema"].get("properties", {}), sort_keys=True, separators=(",", ":"))
+        lines.append(f"- {schema['name']} ({schema['modality']} images): {schema['description']} params: {params}")
+    lines += [
+        "",
+        "Reply with ONE JSON object and nothing else:",
+        '{"reasoning": "...", "actions": [{"tool": "<tool name>", "params": {...}}], "value": null}',
+        "to call tools, or, when the question needs no tool, answer directly:",
+        '{"reasoning": "...", "actions": [], "value": "<your answer>"}',
+        "After the tool outputs arrive, answer with actions [] and the answer in value.",
+    ]
+    return "\n".join(lines)
+
+
+def openai_tools(registry: ToolRegistry) -> list[dict]:
+    """The same tools as OpenAI function definitions (`--tools-as openai`)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": schema["name"],
+                "description": f"{schema['description']} ({schema['modality']} images)",
+                "parameters": schema["input_schema"],
+            },
+        }
+        for schema in registry.schemas()
+    ]
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical_hash(obj) -> str:
+    return sha256_text(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str))

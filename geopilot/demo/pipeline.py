@@ -1,0 +1,327 @@
+"""The demo's phases, each a function of (layout, settings, progress) that finishes by writing its marker.
+
+    data      geopilot synth -> geopilot generate (template backend, configs/data_gen/demo.yaml) -> the model's BPE
+    stage1    train.py: optical samples, from a random tiny model (vision tower trainable)
+    stage2    train.py: SAR + alpha * |optical| replayed optical samples, from the stage-1 export -> DIR/model
+    evaluate  the planning set rebuilt over the same synthetic images (eval/planning_set.py, templates disjoint
+              from data_gen's), a stratified held-out subset, scored by the deterministic scorer
+    chats     two chats (optical, SAR) with the annotation-backed tools, tool outputs drawn
+    report    plots + DIR/report.md
+Every phase is safe to rerun after an interruption: generate, train.py and the benchmark runner resume on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+from geopilot.demo.settings import DemoSettings, Layout
+from geopilot.errors import GeoPilotInputError
+from geopilot.fileio import atomic_write
+
+Progress = Callable[[int, int], None]  # (done, total)
+DETECTION_TOOLS = {"optical": {"detect_objects", "detect_all", "ground"}, "sar": {"sar_detect_all", "sar_ground"}}
+TRAIN_SCRIPT = Path(__file__).resolve().parents[2] / "train.py"
+
+
+def _json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+# ---- data ---------------------------------------------------------------------------------------------------------
+
+
+def generate_config(layout: Layout, settings: DemoSettings):
+    """configs/data_gen/demo.yaml with its source roots moved under DIR/data/synth."""
+    from geopilot.config import load_config
+    from geopilot.data_gen.generate import GenerateConfig
+
+    path = resources.files("geopilot.configs") / "data_gen" / "demo.yaml"
+    with resources.as_file(path) as file:
+        config = load_config(GenerateConfig, file)
+    sources = [s.model_copy(update={"root": layout.synth / Path(s.root).name}) for s in config.sources]
+    return config.model_copy(update={"sources": sources, "seed": settings.seed})
+
+
+def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
+    from geopilot.data_gen.generate import generate_dataset
+    from geopilot.data_gen.synth import write_synthetic
+    from geopilot.render import wire_segments
+    from geopilot.sample import IMAGE_PLACEHOLDER, load_samples
+    from geopilot.tokenizer import tiny_tokenizer
+    from geopilot.wire import chat_turns
+
+    write_synthetic(layout.synth, seed=settings.seed, optical=settings.optical, sar=settings.sar)
+    result = generate_dataset(generate_config(layout, settings), layout.traces, progress=progress)
+    samples = list(load_samples(layout.train_file))
+    corpus = [
+        text.replace(IMAGE_PLACEHOLDER, " ")
+        for sample in samples
+        for _, text in wire_segments(chat_turns(sample.messages))
+    ]
+    tokenizer = tiny_tokenizer(settings.vocab_size, corpus)
+    staging = layout.tokenizer.with_name(".tokenizer.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    tokenizer.save_pretrained(staging)
+    shutil.rmtree(layout.tokenizer, ignore_errors=True)
+    os.replace(staging, layout.tokenizer)
+    counts = {m: sum(1 for s in samples if s.modality == m) for m in ("optical", "sar")}
+    return {"samples": len(samples), "dropped": result.report["dropped"], **counts, "vocab": len(tokenizer)}
+
+
+# ---- training -----------------------------------------------------------------------------------------------------
+
+
+def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
+    """The train.py config of one stage (written to DIR/configs/stage<n>.yaml, so it can be rerun by hand)."""
+    model = (
+        {"init": "tiny", "tokenizer_path": str(layout.tokenizer), "tiny": settings.model.model_dump()}
+        if stage == 1
+        else {"init": "llava_hf", "llava_path": str(layout.stage1 / "export")}
+    )
+    return {
+        "stage": stage,
+        "output_dir": str(layout.stage1 if stage == 1 else layout.stage2),
+        "model": model,
+        "data": {
+            "files": [str(layout.train_file)],
+            "alpha": settings.alpha,
+            "mixture_seed": settings.seed,
+            "max_length": settings.max_length,
+            "cache_dir": str(layout.out / ".cache" / "tokenised"),
+        },
+        "optim": {
+            "epochs": settings.stage1_epochs if stage == 1 else settings.stage2_epochs,
+            "global_batch_size": settings.batch_size,
+            "per_device_batch_size": settings.batch_size,
+            "lr": settings.stage1_lr if stage == 1 else settings.stage2_lr,
+            "weight_decay": 0.0,
+            "warmup_ratio": 0.05,
+            "seed": settings.seed,
+        },
+        "freeze": {"vision_tower": False},  # from scratch: the vision tower must learn SAR vs optical vs clouds
+        "checkpoint": {"save_steps": 50, "keep_last": 1},
+        "logging": {"logging_steps": 1, "tensorboard": True, "progress_bar": False},
+    }
+
+
+def expected_steps(settings: DemoSettings, counts: dict, stage: int) -> int:
+    samples = counts["optical"] if stage == 1 else counts["sar"] + round(settings.alpha * counts["optical"])
+    epochs = settings.stage1_epochs if stage == 1 else settings.stage2_epochs
+    return max(1, samples // settings.batch_size) * epochs
+
+
+def deterministic_env(settings: DemoSettings) -> dict:
+    threads = str(settings.threads)
+    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONHASHSEED": "0",
+            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
+def run_stage(layout: Layout, settings: DemoSettings, stage: int, counts: dict, progress: Progress) -> dict:
+    """train.py as a subprocess (resumes from its own checkpoints); progress from its per-step sample log."""
+    import yaml
+
+    from geopilot.training.config import TrainConfig
+
+    if not TRAIN_SCRIPT.is_file():
+        raise GeoPilotInputError(f"the demo trains with train.py from a source checkout; {TRAIN_SCRIPT} is missing")
+    config = train_config(layout, settings, stage)
+    TrainConfig.model_validate(config)  # a bad setting fails here, with its dotted key
+    config_path = layout.configs / f"stage{stage}.yaml"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(config_path, yaml.safe_dump(config, sort_keys=False))
+    out = Path(config["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    total = expected_steps(settings, counts, stage)
+    steps_log = out / "logs" / "samples.rank0.jsonl"
+    with (out / "train.log").open("a", encoding="utf-8") as log:
+        child = subprocess.Popen(
+            [sys.executable, str(TRAIN_SCRIPT), "--config", str(config_path)],
+            stdout=log, stderr=subprocess.STDOUT, env=deterministic_env(settings),
+        )  # fmt: skip
+        try:
+            while child.poll() is None:
+                time.sleep(1.0)
+                progress(min(_last_step(steps_log), total), total)
+        except BaseException:  # Ctrl-C: stop the trainer too; its last complete checkpoint is where the rerun resumes
+            child.terminate()
+            child.wait()
+            raise
+    if child.returncode != 0:
+        raise RuntimeError(f"stage {stage} training failed (exit {child.returncode}); see {out / 'train.log'}")
+    info = json.loads((out / "export" / "geopilot_train.json").read_text(encoding="utf-8"))
+    progress(total, total)
+    return {"steps": info["steps"], "final_loss": info["final_loss"], "trained": info["data"]["trained"],
+            "losses": read_losses(out)}  # fmt: skip
+
+
+def _last_step(path: Path) -> int:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return int(json.loads(lines[-1])["step"]) if lines else 0
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def read_losses(out: Path) -> list[list[float]]:
+    """[[step, loss], ...] from the run's TensorBoard events (train.py logs train/loss every logging step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    losses: dict[int, float] = {}
+    for events in sorted((out / "tensorboard").rglob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        if "train/loss" in accumulator.Tags().get("scalars", []):
+            losses.update({e.step: e.value for e in accumulator.Scalars("train/loss")})
+    return [[step, round(loss, 6)] for step, loss in sorted(losses.items())]
+
+
+def publish_model(layout: Layout) -> None:
+    """DIR/model: the stage-2 export, a plain GeoPilot / llava-hf checkpoint (copied atomically)."""
+    staging = layout.out / ".model.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(layout.stage2 / "export", staging)
+    shutil.rmtree(layout.model, ignore_errors=True)
+    os.replace(staging, layout.model)
+
+
+# ---- evaluation ---------------------------------------------------------------------------------------------------
+
+
+def held_out_subset(cases: list[dict], n: int) -> list[dict]:
+    """n of the planning cases, stratified: each category keeps its share, spread evenly over its (difficulty- and
+    modality-ordered) list, so difficulties and SAR/optical keep their proportions too."""
+    if n >= len(cases):
+        return cases
+    by_category: dict[str, list[dict]] = {}
+    for case in cases:
+        by_category.setdefault(case["category"], []).append(case)
+    chosen = []
+    for group in by_category.values():
+        k = max(1, round(len(group) * n / len(cases)))
+        chosen += [group[int(i * len(group) / k)] for i in range(k)]
+    return chosen
+
+
+def run_evaluate(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
+    import torch
+
+    from geopilot.eval.agents import GeoPilotAgent
+    from geopilot.eval.cases import load_cases
+    from geopilot.eval.planning_set import CATEGORY_ORDER, build_planning_cases
+    from geopilot.eval.runner import read_rows, run_benchmark
+    from geopilot.eval.toolkit import build_tool_layer
+
+    torch.set_num_threads(settings.threads)
+    cases_file = layout.eval / "planning_heldout.jsonl"
+    cases = held_out_subset(build_planning_cases(layout.synth, cases_file), settings.eval_cases)
+    layout.eval.mkdir(parents=True, exist_ok=True)
+    atomic_write(cases_file, "".join(json.dumps(case, ensure_ascii=False) + "\n" for case in cases))
+    case_set = load_cases(cases_file)
+    registry, layer = build_tool_layer(None)
+    agent = GeoPilotAgent(str(layout.model), registry, {"max_new_tokens": settings.max_new_tokens}, device="cpu")
+    run_dir = layout.eval / "run"
+    summary = run_benchmark(agent, case_set, [settings.seed], run_dir, layer, "geopilot-demo", CATEGORY_ORDER, progress)
+    rows = read_rows(run_dir / "results.jsonl")
+    by_id = case_set.by_id()
+    return {
+        "cases": len(case_set.cases),
+        "cases_sha256": case_set.sha256,
+        **{metric: summary[metric] for metric in ("TSA", "PA", "NTA", "OPA")},
+        "by_difficulty": {name: group["OPA"] for name, group in summary["by_difficulty"].items()},
+        "by_category": {name: group["OPA"] for name, group in summary["by_category"].items()},
+        "tsa_by_tool": tsa_by_tool(rows, by_id),
+        "routing": routing(rows, by_id),
+        "failures": summary["failures"],
+    }
+
+
+def tsa_by_tool(rows: list[dict], cases: dict) -> dict[str, float]:
+    """TSA per expected tool (its first expected tool; "no tool" for the abstention cases)."""
+    groups: dict[str, list[bool]] = {}
+    for row in rows:
+        case = cases[row["case_id"]]
+        key = case.expected_tools[0] if case.expected_tools else "no tool"
+        groups.setdefault(key, []).append(bool(row["score"]["tsa"]))
+    return {tool: sum(hits) / len(hits) for tool, hits in sorted(groups.items())}
+
+
+def routing(rows: list[dict], cases: dict) -> dict:
+    """SAR vs optical routing of detection/grounding: over the cases that expect a detection or grounding tool,
+    the share whose calls include one of the image's modality and none of the other's."""
+    correct, total = {"optical": 0, "sar": 0}, {"optical": 0, "sar": 0}
+    for row in rows:
+        case = cases[row["case_id"]]
+        if not set(case.expected_tools) & (DETECTION_TOOLS["optical"] | DETECTION_TOOLS["sar"]):
+            continue
+        own, other = DETECTION_TOOLS[case.modality], DETECTION_TOOLS["sar" if case.modality == "optical" else "optical"]
+        called = {call["tool"] for call in row["run"]["calls"]}
+        total[case.modality] += 1
+        correct[case.modality] += bool(called & own) and not called & other
+    overall = sum(correct.values()) / max(1, sum(total.values()))
+    return {"accuracy": overall, "correct": correct, "total": total}
+
+
+# ---- sample chats -------------------------------------------------------------------------------------------------
+
+
+def chat_examples(layout: Layout) -> list[dict]:
+    """One optical (DOTA) and one SAR (SARDet-100K) scene with their annotation records and a question for each."""
+    from collections import Counter
+
+    from geopilot.data_gen.readers import READERS
+
+    examples = []
+    for reader, root, modality in (("dota", "DOTA", "optical"), ("sardet", "SARDet-100K", "sar")):
+        records, _ = READERS[reader](layout.synth / root)
+        record = sorted(records, key=lambda r: (-len(r.objects), r.record_id))[0]
+        label = Counter(o.label for o in record.objects).most_common(1)[0][0]
+        query = (
+            f"How many {label}s can you find in this image, and where are they?"
+            if modality == "optical"
+            else "Detect all targets in this SAR image."
+        )
+        examples.append({"reader": reader, "root": layout.synth / root, "record": record, "query": query,
+                         "modality": modality})  # fmt: skip
+    return examples
+
+
+def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
+    import torch
+
+    from geopilot.agent import GeoPilot
+    from geopilot.image import load_image
+    from geopilot.tools.registry import build_registry
+    from geopilot.visualize import draw_outputs
+
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    layout.chats.mkdir(parents=True, exist_ok=True)
+    chats = []
+    examples = chat_examples(layout)
+    for index, example in enumerate(examples):
+        record = example["record"]
+        image_path = Path(record.image) if Path(record.image).is_absolute() else example["root"] / record.image
+        tools = build_registry(annotations=record, annotations_root=example["root"])  # ground truth, labelled so
+        pilot = GeoPilot.from_pretrained(layout.model, tools=tools, device="cpu")
+        result = pilot.chat(str(image_path), example["query"], generation={"max_new_tokens": settings.max_new_tokens})
+        outputs = [call.output for call in result.tool_calls if call.output is not None]
+        picture = layout.chats / f"{example['modality']}.png"
+        drawn = draw_outputs(load_image(image_path).image, outputs)
+        drawn.save(picture)
+        chats.append({
+            "modality": example["modality"], "image": str(image_path), "query": example["query"],
+            "plan": result.turns[0].text if result.turns else "", "answer": result.answer, "outcome": result.outcome,
+            "tool_calls": [{"tool": c.tool, "params": c.params, "error": c.error} for c in result.tool_calls],
+            "picture": picture.name,
+        })  # fmt: skip
+        progress(index + 1, len(examples))
+    return {"chats": chats}

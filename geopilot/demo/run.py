@@ -1,0 +1,160 @@
+"""Run the demo phase by phase into one out folder: refuse to mix runs, resume after Ctrl-C, reuse a finished one.
+
+The folder remembers its settings (`demo.json`); each finished phase leaves `phases/<phase>.done` (written
+atomically, holding the phase's result), so the next run starts at the first phase without a marker.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from geopilot.demo import pipeline
+from geopilot.demo.settings import PHASES, DemoSettings, Layout
+from geopilot.errors import GeoPilotInputError
+from geopilot.fileio import atomic_write
+
+# Seconds per unit of work on 2 busy CPU cores (measured; docs/demo.md), for the up-front estimate.
+SECONDS_PER_SCENE = 0.25
+SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.06
+SECONDS_PER_EVAL_CASE = 1.0
+
+
+def estimate_seconds(settings: DemoSettings) -> float:
+    scenes = settings.optical + settings.sar
+    samples = 8 * settings.optical + 6 * settings.sar  # what generate makes of them, roughly
+    optical = 8 * settings.optical
+    stage1 = optical * settings.stage1_epochs
+    stage2 = (samples - optical + settings.alpha * optical) * settings.stage2_epochs
+    width = (settings.model.text_hidden / 128) * (settings.model.text_layers / 4)
+    return (
+        SECONDS_PER_SCENE * scenes
+        + SECONDS_PER_TRAIN_SAMPLE_EPOCH * width * (stage1 + stage2)
+        + SECONDS_PER_EVAL_CASE * settings.eval_cases
+        + 30
+    )
+
+
+def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
+    """True when the folder holds this very demo, finished. Raises GeoPilotInputError when it must not be used."""
+    out = layout.out
+    if out.exists() and not out.is_dir():
+        raise GeoPilotInputError(f"--out {str(out)!r} exists and is not a folder")
+    if layout.settings.is_file():
+        started = json.loads(layout.settings.read_text(encoding="utf-8"))
+        if started.get("fingerprint") != settings.fingerprint():
+            changed = sorted(
+                key for key, value in settings.model_dump(mode="json").items() if started["settings"].get(key) != value
+            )
+            raise GeoPilotInputError(
+                f"{str(out)!r} holds a demo run with other settings (differs in: {', '.join(changed)}); "
+                "use a new --out folder, or rerun with the same settings to resume or reuse it"
+            )
+        return layout.marker("report").is_file()
+    if out.is_dir() and any(out.iterdir()):
+        raise GeoPilotInputError(f"--out {str(out)!r} is not empty and holds no demo run; choose a new or empty folder")
+    return False
+
+
+def check_disk(path: Path, needed: int) -> None:
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise GeoPilotInputError(
+            f"not enough free disk space under {str(existing)!r}: {free / 1e9:.2f} GB free, the demo needs about "
+            f"{needed / 1e9:.2f} GB"
+        )
+
+
+def read_results(layout: Layout) -> dict:
+    results, seconds = {}, {}
+    for phase in PHASES:
+        if layout.marker(phase).is_file():
+            done = json.loads(layout.marker(phase).read_text(encoding="utf-8"))
+            results[phase], seconds[phase] = done["result"], done["seconds"]
+    results["seconds"] = seconds
+    return results
+
+
+def run_demo(out: str | Path, settings: DemoSettings, console=None) -> Path:
+    """Run (or resume, or reuse) the demo in `out`; returns DIR/report.md."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = console or Console(stderr=True)
+    layout = Layout(out)
+    if check_out_dir(layout, settings):
+        console.print(f"{layout.out} already holds this finished demo; report: {layout.report}")
+        return layout.report
+    remaining = [phase for phase in PHASES if not layout.marker(phase).is_file()]
+    if "data" in remaining:
+        check_disk(layout.out, settings.needed_bytes())
+    layout.out.mkdir(parents=True, exist_ok=True)
+    if not layout.settings.is_file():
+        record = {"fingerprint": settings.fingerprint(), "settings": settings.model_dump(mode="json")}
+        atomic_write(layout.settings, json.dumps(record, indent=1) + "\n")
+    done = [phase for phase in PHASES if phase not in remaining]
+    console.print(
+        f"geopilot demo -> {layout.out}: about {estimate_seconds(settings) / 60:.0f} min on 2 CPU cores"
+        + (f"; resuming after {', '.join(done)}" if done else "")
+    )
+    columns = (TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=console) as bars:
+        for phase in remaining:
+            task = bars.add_task(phase, total=None)
+
+            def progress(current: int, total: int, task=task) -> None:
+                bars.update(task, completed=current, total=total)
+
+            started = time.perf_counter()
+            result = _run_phase(phase, layout, settings, progress)
+            seconds = round(time.perf_counter() - started, 1)
+            if bars.tasks[task].total is None:  # a phase that reported no progress
+                bars.update(task, completed=1, total=1)
+            pipeline._json(layout.marker(phase), {"result": result, "seconds": seconds})
+    results = read_results(layout)
+    console.print(_summary(results))
+    console.print(f"report: {layout.report}")
+    return layout.report
+
+
+def _run_phase(phase: str, layout: Layout, settings: DemoSettings, progress) -> dict:
+    if phase == "data":
+        return pipeline.run_data(layout, settings, progress)
+    if phase in ("stage1", "stage2"):
+        counts = read_results(layout)["data"]
+        stage = int(phase[-1])
+        result = pipeline.run_stage(layout, settings, stage, counts, progress)
+        if stage == 2:
+            pipeline.publish_model(layout)
+        return result
+    if phase == "evaluate":
+        return pipeline.run_evaluate(layout, settings, progress)
+    if phase == "chats":
+        return pipeline.run_chats(layout, settings, progress)
+    from geopilot.demo.report import write_report
+
+    results = read_results(layout)
+    write_report(layout, settings, results)
+    progress(1, 1)
+    return {"report": str(layout.report)}
+
+
+def _summary(results: dict) -> str:
+    evaluation = results["evaluate"]
+    parts = [f"{m} {100 * evaluation[m]:.1f}%" for m in ("TSA", "PA", "NTA", "OPA") if evaluation[m] is not None]
+    parts.append(f"SAR/optical routing {100 * evaluation['routing']['accuracy']:.1f}%")
+    total = sum(results["seconds"].values())
+    return f"planning on {evaluation['cases']} held-out cases: " + "  ".join(parts) + f"  ({total / 60:.1f} min)"

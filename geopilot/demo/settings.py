@@ -1,0 +1,93 @@
+"""What one `geopilot demo` run is: every setting that decides its result, and the folder it lives in.
+
+Two presets: the default (the README's main job, ~20 min on 2 CPU cores) and `--quick` (the slow test suite).
+`fingerprint()` hashes every setting; an out folder remembers the fingerprint it was started with, so a run with
+other settings never mixes with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import Field
+
+from geopilot.config import StrictConfig
+from geopilot.model import TinyModelConfig
+
+PHASES = ("data", "stage1", "stage2", "evaluate", "chats", "report")
+
+
+class DemoSettings(StrictConfig):
+    seed: int = 0
+    optical: int = Field(default=120, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
+    sar: int = Field(default=100, ge=4, le=1000)  # synthetic SAR scenes
+    vocab_size: int = Field(default=2048, ge=300)  # the model's own BPE, trained on the generated traces
+    model: TinyModelConfig = TinyModelConfig(
+        image_size=32,
+        patch_size=8,
+        vision_hidden=64,
+        vision_layers=2,
+        vision_heads=2,
+        text_hidden=128,
+        text_layers=4,
+        text_heads=4,
+        text_kv_heads=4,
+        text_intermediate=384,
+        max_position_embeddings=512,
+    )
+    max_length: int = 512  # tokens per training sample (longer ones are skipped and counted by train.py)
+    batch_size: int = Field(default=16, ge=1)
+    stage1_epochs: int = Field(default=5, ge=1)
+    stage1_lr: float = 2e-3
+    stage2_epochs: int = Field(default=4, ge=1)
+    stage2_lr: float = 1e-3
+    alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
+    eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
+    max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
+    threads: int = Field(default=2, ge=1)  # torch threads (fixed, so the same seed gives the same numbers)
+
+    @classmethod
+    def preset(cls, quick: bool, seed: int = 0) -> DemoSettings:
+        if not quick:
+            return cls(seed=seed)
+        small = TinyModelConfig(
+            image_size=32, patch_size=8, vision_hidden=32, vision_layers=1, vision_heads=2, text_hidden=64,
+            text_layers=2, text_heads=4, text_kv_heads=4, text_intermediate=128, max_position_embeddings=512,
+        )  # fmt: skip
+        return cls(seed=seed, optical=8, sar=8, vocab_size=600, model=small, stage1_epochs=1, stage2_epochs=1,
+                   eval_cases=18, max_new_tokens=48)  # fmt: skip
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+    def needed_bytes(self) -> int:
+        """A generous upper bound of what the run writes (scenes in ten formats, traces, checkpoints, plots)."""
+        return 50_000_000 + 1_500_000 * (self.optical + self.sar)
+
+
+class Layout:
+    """Where everything lives under the out folder."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self.settings = self.out / "demo.json"
+        self.markers = self.out / "phases"
+        self.data = self.out / "data"
+        self.synth = self.data / "synth"
+        self.traces = self.data / "traces"
+        self.train_file = self.traces / "shard-00000.jsonl"
+        self.tokenizer = self.data / "tokenizer"
+        self.configs = self.out / "configs"
+        self.stage1 = self.out / "stage1"
+        self.stage2 = self.out / "stage2"
+        self.model = self.out / "model"
+        self.eval = self.out / "eval"
+        self.chats = self.out / "chats"
+        self.plots = self.out / "plots"
+        self.report = self.out / "report.md"
+        self.metrics = self.out / "metrics.json"
+
+    def marker(self, phase: str) -> Path:
+        return self.markers / f"{phase}.done"

@@ -1,0 +1,34 @@
+"""Durable small-file writes: the one atomic-write helper (checkpoints, generation shards, reports, caches).
+
+`atomic_write` writes a sibling temp file (hidden, named with the process id so concurrent writers never share
+one), fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the folder, so after a crash a reader
+sees the old file or the new one, never a torn mix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_path(path: str | Path) -> None:
+    """fsync a file or a folder (a folder's fsync makes a rename inside it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, text: str) -> None:
+    path = Path(path)
+    staging = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with staging.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)  # only still there when writing or renaming failed
+    fsync_path(path.parent)

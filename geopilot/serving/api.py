@@ -1,0 +1,370 @@
+"""GeoPilot's OpenAI-compatible API (FastAPI): `POST /v1/chat/completions` (streaming and not), `GET /v1/models`,
+`GET /health` (no key) and the web demo at `GET /demo`.
+
+    app = create_app(pilot, ServeConfig(model_name="geopilot", api_key="KEY"))   # uvicorn.run(app, ...)
+
+A request is one conversation with exactly one image (`image_url`: a `data:image/...;base64,` URL, or an http(s)
+URL on the allowlist). The reply's message content is the answer; the extension field `geopilot` carries the tool
+calls in OpenAI's `tool_calls` shape and the whole `ChatResult` (turns, tool outputs, timings), plus, when the
+request asks with `"geopilot": {"visualize": true}`, the image with the tool outputs drawn as a PNG data URL.
+Earlier turns of the conversation become `history` (assistant turns as their answers); system messages are
+ignored (the model was trained with one system prompt). Errors are OpenAI-shaped JSON: 400 bad input,
+401 no/wrong key, 404 unknown model, 413 too big, 503 full (retry), 504 timed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import html
+import io
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from geopilot.errors import GeoPilotInputError, describe_validation_error
+from geopilot.generation import GenerationOptions
+from geopilot.serving.batcher import Batcher, Busy, Job
+from geopilot.serving.config import ServeConfig
+from geopilot.serving.security import BodyLimit, ServeError, UrlPolicy, check_image, decode_data_url, key_matches
+
+log = logging.getLogger("geopilot.serving")
+OPEN_PATHS = {"/health"}
+
+
+class ImageURL(BaseModel):
+    url: str
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "image_url"]
+    text: str | None = None
+    image_url: ImageURL | None = None
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant"]
+    content: str | list[ContentPart] | None = None
+
+
+class GeoPilotOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_rounds: int | None = Field(None, ge=0)
+    modality: Literal["optical", "sar"] | None = None
+    visualize: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI clients send fields GeoPilot does not use
+    model: str
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    n: int = Field(1, ge=1, le=1)
+    geopilot: GeoPilotOptions = GeoPilotOptions()
+
+
+class AuthGate:
+    """ASGI middleware: every path but /health needs the key (401 with a Basic challenge for browsers)."""
+
+    def __init__(self, app, key: str | None):
+        self.app, self.key = app, key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self.key is None or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        header = dict(scope.get("headers") or []).get(b"authorization")
+        if key_matches(header.decode("latin-1") if header else None, self.key):
+            return await self.app(scope, receive, send)
+        payload = json.dumps(ServeError(401, "missing or wrong API key", "authentication_error").body()).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            (b"www-authenticate", b'Basic realm="GeoPilot", charset="UTF-8"'),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
+    """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits."""
+    batcher = batcher or Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
+    policy = UrlPolicy(config.allowed_url_hosts, config.url_timeout_s, config.max_body_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        batcher.close()
+
+    app = FastAPI(title="GeoPilot", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.batcher, app.state.config = batcher, config
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(AuthGate, key=config.api_key)
+
+    @app.exception_handler(ServeError)
+    async def serve_error(request, err: ServeError):
+        return JSONResponse(err.body(), status_code=err.status, headers={"retry-after": "1"} if err.status == 503 else None)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": config.model_name, "in_progress": batcher.admitted}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [_model_card(config.model_name)]}
+
+    @app.get("/v1/models/{name}")
+    async def model(name: str):
+        if name != config.model_name:
+            raise ServeError(404, f"model {name!r} does not exist", code="model_not_found")
+        return _model_card(name)
+
+    @app.get("/demo", response_class=HTMLResponse)
+    async def demo():
+        page = resources.files("geopilot.serving").joinpath("demo.html").read_text(encoding="utf-8")
+        return page.replace("@MODEL@", html.escape(config.model_name, quote=True))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body = _parse_body(await request.body())
+        if body.model != config.model_name:
+            raise ServeError(404, f"model {body.model!r} does not exist; this server has {config.model_name!r}",
+                             code="model_not_found")
+        conversation = await asyncio.to_thread(_conversation, body, policy, config.max_image_pixels)
+        job = Job(conversation, _options(body, config), min(_pick(body.geopilot.max_rounds, config.max_rounds),
+                                                             config.max_rounds))
+        started = time.time()
+        if body.stream:
+            return _stream(request, job, body, config, batcher, started)
+        _submit(batcher, job)
+        result = await _wait(request, job, batcher, config.request_timeout_s)
+        return await _completion(result, job, body, config, started)
+
+    return app
+
+
+def _model_card(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "geopilot"}
+
+
+def _pick(value, default):
+    return default if value is None else value
+
+
+def _parse_body(raw: bytes) -> ChatCompletionRequest:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ServeError(400, f"the request body is not valid JSON ({err})", code="bad_json") from None
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as err:
+        raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
+
+
+def _text(content) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n".join(part.text or "" for part in content if part.type == "text")
+
+
+def _images(content) -> list[str]:
+    return [] if content is None or isinstance(content, str) else [
+        part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None
+    ]
+
+
+def _conversation(body: ChatCompletionRequest, policy: UrlPolicy, max_pixels: int) -> dict[str, Any]:
+    """The OpenAI messages -> one chat request (image fetched or decoded, then checked)."""
+    turns = [m for m in body.messages if m.role != "system"]
+    urls = [url for m in turns for url in _images(m.content)]
+    if len(urls) != 1:
+        raise ServeError(400, f"a conversation needs exactly one image (image_url part), got {len(urls)}",
+                         code="bad_request")
+    data = decode_data_url(urls[0]) if urls[0].strip().startswith("data:") else policy.fetch(urls[0])
+    marked = [(m.role, _text(m.content), bool(_images(m.content))) for m in turns]
+    return chat_request(marked, data, max_pixels, body.geopilot.modality)
+
+
+def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None) -> dict[str, Any]:
+    """`(role, text, has_image)` turns ending with the user's question, and the image bytes -> the request dict
+    `GeoPilot.chat_batch` takes: the image checked (413 over `max_pixels`) and loaded, the earlier turns as
+    `history` (assistant turns as their answers). The FastChat worker uses it too."""
+    from geopilot.image import load_image
+    from geopilot.sample import IMAGE_PLACEHOLDER
+
+    if not turns or turns[-1][0] != "user":
+        raise ServeError(400, "the last message must be the user's question", code="bad_request")
+    if turns[-1][2] and len(turns) > 1:
+        raise ServeError(400, "the image must be in the first user message of a conversation", code="bad_request")
+    check_image(image, max_pixels)
+    try:
+        loaded = load_image(image, max_pixels)
+    except GeoPilotInputError as err:
+        raise ServeError(400, f"image_url: {err}", code="bad_image") from None
+    history = []
+    for role, text, has_image in turns[:-1]:
+        if role == "user":
+            history.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n{text}" if has_image else text})
+        else:
+            history.append({"role": "assistant", "reasoning": "", "actions": [], "value": text})
+    return {"image": loaded, "query": turns[-1][1], "history": history or None, "modality": modality}
+
+
+def _options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOptions:
+    limit = _pick(body.max_completion_tokens, _pick(body.max_tokens, config.max_new_tokens))
+    sample = bool(body.temperature)  # absent or 0: greedy
+    return GenerationOptions(
+        max_new_tokens=min(limit, config.max_new_tokens),
+        do_sample=sample,
+        temperature=body.temperature if sample else 1.0,
+        top_p=_pick(body.top_p, 1.0) if sample else 1.0,
+    )
+
+
+def _submit(batcher: Batcher, job: Job) -> None:
+    try:
+        batcher.submit(job)
+    except Busy as err:
+        raise ServeError(503, f"server busy: {err}", "server_error", code="busy") from None
+
+
+def _job_error(err: BaseException) -> ServeError:
+    if isinstance(err, ServeError):
+        return err
+    if isinstance(err, GeoPilotInputError):
+        return ServeError(400, str(err), code="bad_request")
+    log.error("chat failed", exc_info=err)
+    return ServeError(500, f"internal error ({type(err).__name__}); the server keeps serving", "server_error")
+
+
+async def _wait(request, job: Job, batcher: Batcher, timeout_s: float):
+    """The job's ChatResult; cancels it when the client leaves or the request times out."""
+    future = asyncio.wrap_future(job.future)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, _ = await asyncio.wait({future}, timeout=0.2)
+        if done:
+            if future.exception() is not None:
+                raise _job_error(future.exception())
+            return future.result()
+        if await request.is_disconnected():
+            batcher.cancel(job)
+            raise ServeError(499, "client closed the request", code="client_gone")
+        if time.monotonic() > deadline:
+            batcher.cancel(job)
+            raise ServeError(504, f"the request took longer than {timeout_s:g} s", "server_error", code="timeout")
+
+
+def _tool_calls(result) -> list[dict]:
+    return [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": call.tool, "arguments": json.dumps(call.params, ensure_ascii=False)},
+        }
+        for i, call in enumerate(result.tool_calls)
+    ]
+
+
+def _visualization(job: Job, result) -> str:
+    from geopilot.visualize import draw_outputs
+
+    drawn = draw_outputs(job.request["image"].image, [c.output for c in result.tool_calls if c.output is not None])
+    buffer = io.BytesIO()
+    drawn.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+async def _extension(result, job: Job, body: ChatCompletionRequest) -> dict:
+    extension = {"tool_calls": _tool_calls(result), "result": result.model_dump(mode="json")}
+    if body.geopilot.visualize:
+        extension["visualization"] = await asyncio.to_thread(_visualization, job, result)
+    return extension
+
+
+def _usage(result) -> dict:
+    prompt, generated = result.tokens.input, result.tokens.generated
+    return {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
+
+
+async def _completion(result, job: Job, body: ChatCompletionRequest, config: ServeConfig, started: float) -> dict:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(started),
+        "model": config.model_name,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}
+        ],
+        "usage": _usage(result),
+        "geopilot": await _extension(result, job, body),
+    }
+
+
+def _stream(request, job: Job, body: ChatCompletionRequest, config: ServeConfig, batcher: Batcher, started: float):
+    """SSE chunks: the role, the answer as it is decoded, then a last chunk with finish_reason and `geopilot`."""
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue = asyncio.Queue()
+    end = object()
+    job.on_text = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
+    _submit(batcher, job)
+    job.future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, end))
+    ident = f"chatcmpl-{uuid.uuid4().hex}"
+
+    def chunk(delta: dict, finish: str | None = None, **extra) -> str:
+        data = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": int(started),
+            "model": config.model_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+    async def events():
+        sent = ""
+        deadline = time.monotonic() + config.request_timeout_s
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            while True:
+                try:
+                    item = await asyncio.wait_for(pieces.get(), max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    batcher.cancel(job)
+                    error = ServeError(504, f"the request took longer than {config.request_timeout_s:g} s",
+                                       "server_error", code="timeout")
+                    yield f"data: {json.dumps(error.body())}\n\n"
+                    return
+                if item is end:
+                    break
+                sent += item
+                yield chunk({"content": item})
+            if job.future.exception() is not None:
+                yield f"data: {json.dumps(_job_error(job.future.exception()).body())}\n\n"
+                return
+            result = job.future.result()
+            rest = result.answer[len(sent):] if result.answer.startswith(sent) else ""
+            if rest:
+                yield chunk({"content": rest})
+            yield chunk({}, "stop", usage=_usage(result), geopilot=await _extension(result, job, body))
+            yield "data: [DONE]\n\n"
+        finally:
+            if not job.future.done():  # the client left mid-stream: free the slot, stop decoding
+                batcher.cancel(job)
+
+    return StreamingResponse(events(), media_type="text/event-stream")

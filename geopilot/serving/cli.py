@@ -1,0 +1,117 @@
+"""`geopilot serve` / `python serve.py` (the same code): GeoPilot's OpenAI-compatible API and web demo, or, with
+`--controller`, a FastChat worker.
+
+    geopilot serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY | env GEOPILOT_API_KEY]
+                   [--tools configs/tools.yaml] [--max-batch N] [--batch-wait-ms MS] [--controller URL]
+                   [--engine-url URL]
+
+`--engine-url` generates the LLM turns on an OpenAI-compatible server (vLLM serving DIR) while the tools run
+here. Without an API key the server only binds to loopback. Bad arguments exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
+
+MIB = 2**20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="model directory (llava-hf layout, e.g. a training export)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=None, help="required on every route but /health (default: env GEOPILOT_API_KEY)")
+    parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
+    parser.add_argument("--max-batch", type=int, default=8, help="requests per batched chat (1: no batching)")
+    parser.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long a request waits for a batch")
+    parser.add_argument("--controller", default=None, help="run as a FastChat worker registered with this controller")
+    parser.add_argument("--engine-url", default=None, help="OpenAI-compatible server for the LLM turns (e.g. vLLM /v1)")
+    parser.add_argument("--max-concurrency", type=int, default=64, help="requests admitted at once; more get 503")
+    parser.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request (then 504)")
+    parser.add_argument("--tool-timeout", type=float, default=60.0, help="seconds per tool call")
+    parser.add_argument("--max-body-mb", type=float, default=20.0, help="request body limit (then 413)")
+    parser.add_argument("--max-image-pixels", type=int, default=40_000_000, help="image size limit (then 413)")
+    parser.add_argument("--allow-url-host", action="append", default=[], metavar="HOST",
+                        help="fetch http(s) image URLs from this host / IP / CIDR (repeatable; default: none)")
+    parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds per request")
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_config(args: argparse.Namespace):
+    from pydantic import ValidationError
+
+    from geopilot.errors import describe_validation_error
+    from geopilot.serving.config import ServeConfig
+
+    key = args.api_key or os.environ.get("GEOPILOT_API_KEY") or None
+    if key is None and not _loopback(args.host) and args.controller is None:
+        raise GeoPilotInputError(f"refusing to serve on {args.host} without an API key (--api-key or GEOPILOT_API_KEY)")
+    try:
+        return ServeConfig(
+            model_name=Path(args.model).name or str(args.model),
+            api_key=key,
+            max_batch=args.max_batch,
+            batch_wait_ms=args.batch_wait_ms,
+            max_concurrency=args.max_concurrency,
+            request_timeout_s=args.request_timeout,
+            tool_timeout_s=args.tool_timeout,
+            max_body_bytes=int(args.max_body_mb * MIB),
+            max_image_pixels=args.max_image_pixels,
+            allowed_url_hosts=args.allow_url_host,
+            max_rounds=args.max_rounds,
+            max_new_tokens=args.max_new_tokens,
+        )
+    except ValidationError as err:
+        raise GeoPilotInputError(describe_validation_error(err, source="serve")) from None
+
+
+def build_pilot(args: argparse.Namespace, config):
+    if args.engine_url:
+        from geopilot.serving.endpoint import EndpointPilot
+
+        return EndpointPilot(args.engine_url, args.model, tools_config=args.tools, tool_timeout_s=config.tool_timeout_s,
+                             max_pixels=config.max_image_pixels)
+    from geopilot.agent import GeoPilot
+
+    if not Path(args.model).is_dir():
+        raise GeoPilotInputError(f"model directory not found: {args.model}")
+    return GeoPilot.from_pretrained(args.model, device=args.device, dtype=args.dtype, tools_config=args.tools,
+                                    tool_timeout_s=config.tool_timeout_s, max_pixels=config.max_image_pixels)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(args)
+    pilot = build_pilot(args, config)
+    if args.controller:
+        from geopilot.serving.worker import serve_worker
+
+        if not _loopback(args.host):
+            print("geopilot serve: warning: the FastChat worker protocol has no authentication; keep "
+                  f"{args.host}:{args.port} off public networks", file=sys.stderr)
+        serve_worker(pilot, config, args.controller, args.host, args.port)
+        return 0
+    import uvicorn
+
+    from geopilot.serving.api import create_app
+
+    print(f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} (demo: /demo)", file=sys.stderr,
+          flush=True)
+    uvicorn.run(create_app(pilot, config), host=args.host, port=args.port, log_level="warning")
+    return 0

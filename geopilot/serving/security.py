@@ -1,0 +1,223 @@
+"""What keeps the server safe on a network: the API key, the body limit, image decoding limits and the image URL
+policy. Every refusal is a `ServeError` carrying its HTTP status and a one-line message (never a traceback).
+
+- key: `Authorization: Bearer KEY`, or HTTP Basic with the key as password (browsers: the demo), compared in
+  constant time; every route but /health needs it.
+- body: `BodyLimit` refuses a declared Content-Length over the limit, and stops reading a chunked body at it: 413.
+- images: `data:image/...;base64,` URLs; anything else in a data URL is 400, more pixels than the limit 413
+  (read from the header before decoding).
+- URLs: http(s) only for hosts on the allowlist; every address the host resolves to must be public unless that
+  address is listed itself (so `127.0.0.1`, `169.254.169.254`, RFC 1918 and link-local are refused unless named);
+  redirects are not followed; the body is capped like an upload.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import io
+import ipaddress
+import re
+import socket
+from urllib.parse import urlsplit
+
+from PIL import Image, UnidentifiedImageError
+
+
+class ServeError(Exception):
+    """A request the server refuses: HTTP `status`, OpenAI error `kind`, one-line message."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.code = status, kind, code
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.kind, "code": self.code}}
+
+
+def key_matches(authorization: str | None, key: str) -> bool:
+    """True when the Authorization header carries `key` (Bearer, or Basic with any user and the key as password)."""
+    if not authorization:
+        return False
+    scheme, _, value = authorization.partition(" ")
+    scheme, value = scheme.lower(), value.strip()
+    if scheme == "basic":
+        try:
+            value = base64.b64decode(value, validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    elif scheme != "bearer":
+        return False
+    return hmac.compare_digest(value.encode(), key.encode())
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, by its Content-Length or while it streams in."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await _refuse(send, self._error())
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await _refuse(send, self._error())
+
+    def _error(self) -> ServeError:
+        return ServeError(413, f"request body over the limit of {self.max_bytes:,} bytes", code="body_too_large")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _refuse(send, error: ServeError) -> None:
+    import json
+
+    payload = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+_DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)", re.S)
+
+
+def decode_data_url(url: str) -> bytes:
+    """`data:image/<type>;base64,<data>` -> bytes; 400 for a non-image or undecodable one."""
+    match = _DATA_URL.fullmatch(url.strip())
+    if match is None:
+        raise ServeError(400, "image_url: a data URL must look like data:image/png;base64,<data>", code="bad_image")
+    mime = (match["mime"] or "").lower()
+    if not mime.startswith("image/"):
+        raise ServeError(400, f"image_url: data URL of type {mime or 'none'!r}, not an image", code="bad_image")
+    try:
+        return base64.b64decode(re.sub(r"\s+", "", match["data"]), validate=True)
+    except (binascii.Error, ValueError):
+        raise ServeError(400, "image_url: the data URL's base64 does not decode", code="bad_image") from None
+
+
+def decode_base64_image(data: str) -> bytes:
+    """A FastChat `images` entry: a data URL or bare base64."""
+    if data.startswith("data:"):
+        return decode_data_url(data)
+    if data.startswith(("http://", "https://", "file:", "/")):
+        raise ServeError(400, "images must be base64 data, not URLs or paths", code="bad_image")
+    try:
+        return base64.b64decode(re.sub(r"\s+", "", data), validate=True)
+    except (binascii.Error, ValueError):
+        raise ServeError(400, "an image's base64 does not decode", code="bad_image") from None
+
+
+def check_image(data: bytes, max_pixels: int) -> None:
+    """400 for bytes that are not an image, 413 for more pixels than `max_pixels` (header only, nothing decoded)."""
+    try:
+        with Image.open(io.BytesIO(data)) as handle:
+            width, height = handle.size
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError):
+        raise ServeError(400, "image_url: the data is not an image Pillow can read", code="bad_image") from None
+    if width * height > max_pixels:
+        raise ServeError(
+            413, f"image of {width}x{height} pixels is over the limit of {max_pixels:,}", code="image_too_large"
+        )
+
+
+class UrlPolicy:
+    """Which http(s) image URLs may be fetched: hosts on the allowlist, resolving to public addresses only unless
+    the address itself is listed. Entries are host names, IP addresses or CIDR networks."""
+
+    def __init__(self, allowed: list[str], timeout_s: float, max_bytes: int):
+        self.hosts = {a.lower() for a in allowed if not _network(a)}
+        self.networks = [n for a in allowed if (n := _network(a)) is not None]
+        self.timeout_s, self.max_bytes = timeout_s, max_bytes
+
+    def _listed(self, address: ipaddress._BaseAddress) -> bool:
+        return any(address in network for network in self.networks)
+
+    def check(self, url: str) -> str:
+        """The URL's host if it may be fetched; 400 naming the reason otherwise."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServeError(400, "image_url must be a data:image/... URL or an http(s) URL", code="bad_image_url")
+        host = parts.hostname.lower()
+        literal = _address(host)
+        if not (self.hosts or self.networks):
+            raise ServeError(
+                400, "image URLs are not fetched by this server (send a data: URL, or start it with --allow-url-host)",
+                code="url_not_allowed",
+            )
+        if host not in self.hosts and not (literal is not None and self._listed(literal)):
+            raise ServeError(400, f"image URL host {host!r} is not on the allowlist", code="url_not_allowed")
+        try:
+            infos = socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80))
+        except OSError:
+            raise ServeError(400, f"image URL host {host!r} does not resolve", code="bad_image_url") from None
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global and not self._listed(address):
+                raise ServeError(
+                    400,
+                    f"image URL host {host!r} resolves to the non-public address {address} (list it explicitly to allow)",
+                    code="url_not_allowed",
+                )
+        return host
+
+    def fetch(self, url: str) -> bytes:
+        """GET an allowed URL (no redirects), at most `max_bytes`."""
+        import httpx
+
+        self.check(url)
+        try:
+            with httpx.stream("GET", url, timeout=self.timeout_s, follow_redirects=False) as response:
+                if response.is_redirect:
+                    raise ServeError(400, "image URL redirects; redirects are not followed", code="bad_image_url")
+                if response.status_code != 200:
+                    raise ServeError(400, f"image URL answered HTTP {response.status_code}", code="bad_image_url")
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise ServeError(413, f"image URL body over {self.max_bytes:,} bytes", code="image_too_large")
+                    chunks.append(chunk)
+        except httpx.HTTPError as err:
+            raise ServeError(400, f"image URL could not be fetched: {type(err).__name__}", code="bad_image_url") from None
+        return b"".join(chunks)
+
+
+def _address(text: str) -> ipaddress._BaseAddress | None:
+    try:
+        return ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _network(text: str) -> ipaddress._BaseNetwork | None:
+    try:
+        return ipaddress.ip_network(text.strip("[]"), strict=False)
+    except ValueError:
+        return None
