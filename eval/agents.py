@@ -99,6 +99,11 @@ def tool_loop(
     return run
 
 
+def _history(case: Case) -> list[dict]:
+    """A case's earlier exchange as chat messages (text only), oldest first."""
+    return [{"role": turn.role, "content": turn.content} for turn in case.history]
+
+
 def _failed_run(err: Exception, started: float) -> AgentRun:
     return AgentRun(dialect="empty", infra_error=f"{type(err).__name__}: {err}"[:500],
                     latency_s=time.perf_counter() - started)  # fmt: skip
@@ -127,8 +132,10 @@ class GeoPilotAgent:
         started = time.perf_counter()
         try:
             torch.manual_seed(seed)
-            result = self.pilot.chat(str(image), case.query, max_rounds=case.max_rounds, generation=self.generation,
-                                     modality=case.modality)  # fmt: skip
+            history = [{"role": "user", "content": t.content} if t.role == "user" else
+                       {"role": "assistant", "reasoning": "", "actions": [], "value": t.content} for t in case.history]
+            result = self.pilot.chat(str(image), case.query, history=history or None, max_rounds=case.max_rounds,
+                                     generation=self.generation, modality=case.modality)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - an agent crash is an infra error of this row, not of the run
             return _failed_run(err, started)
         parsed_turns = [t for t in result.turns if t.parse != "failed"]
@@ -236,7 +243,7 @@ class OpenAIAgent:
         content: list[dict] = [{"type": "text", "text": case.query}]
         if image is not None:
             content.append({"type": "image_url", "image_url": {"url": _data_url(image)}})
-        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+        messages = [{"role": "system", "content": self.system}, *_history(case), {"role": "user", "content": content}]
 
         def add_turn(reply: Reply, parsed: ParsedReply, results: list[ToolResult]) -> None:
             if parsed.dialect == "openai_tool_calls":
@@ -297,7 +304,7 @@ class HFAgent:
         started = time.perf_counter()
         first: list[dict] = [{"type": "image"}] if image is not None else []
         first.append({"type": "text", "text": f"{self.prompt}\n\n{case.query}"})
-        messages = [{"role": "user", "content": first}]
+        messages = [*_history(case), {"role": "user", "content": first}]
 
         def add_turn(reply: Reply, parsed: ParsedReply, results: list[ToolResult]) -> None:
             messages.append({"role": "assistant", "content": reply.text or ""})
@@ -317,4 +324,5 @@ AGENTS: dict[str, str] = {
     "geopilot": "a GeoPilot checkpoint in-process (--model DIR)",
     "openai": "an OpenAI-compatible chat endpoint (--base-url URL --model NAME)",
     "hf": "a local transformers VLM directory (--model DIR)",
+    "reference": "the scripted reference agent: replays each case's reference_calls (checks a suite, no model)",
 }

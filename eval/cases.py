@@ -56,11 +56,25 @@ class GroundTruth(_Strict):
     tolerance: float = Field(0.0, ge=0)
 
 
+class HistoryTurn(_Strict):
+    """An earlier exchange the agent is shown before the query (memory / multi-turn cases)."""
+
+    role: Literal["user", "assistant"]
+    content: str = Field(min_length=1)
+
+
+class ReferenceCall(_Strict):
+    """A call a correct agent makes; the scripted reference agent (geopilot.eval.reference_agent) replays them."""
+
+    tool: str = Field(min_length=1)
+    params: dict[str, Any] = {}
+
+
 class Case(_Strict):
     id: str = Field(min_length=1)
     query: str = Field(min_length=1)
     image: str | None  # relative to the case file's folder; null for a text-only case
-    modality: Literal["optical", "sar"]
+    modality: Literal["optical", "sar"] | None  # None: a case whose tools read no image (indicator rasters)
     category: str = Field(min_length=1)
     difficulty: Difficulty
     expected_tools: list[str]  # in order; [] = answer without any tool
@@ -69,6 +83,9 @@ class Case(_Strict):
     must_not_contain: list[str] = []
     ground_truth: list[GroundTruth] = []
     max_rounds: int = Field(ge=0)
+    history: list[HistoryTurn] = []  # shown before the query, oldest first
+    reference_calls: list[ReferenceCall] = []
+    expect_tool_errors: bool = False  # the expected tools are meant to fail (an area that does not exist)
 
     @model_validator(mode="after")
     def _checks_name_expected_tools(self) -> Case:

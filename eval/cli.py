@@ -15,6 +15,7 @@ from geopilot.errors import GeoPilotInputError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "planning": ("geopilot.eval.planning_cli", "task planning (TSA/PA/NTA/OPA) of an agent over the planning set"),
     "build-planning": ("geopilot.eval.build_cli", "rebuild the 500-query planning set over a folder of images"),
+    "build-indicators": ("geopilot.eval.indicator_suite", "the indicator case suite over a `geopilot synth-region` folder"),
     "leaderboard": ("geopilot.eval.leaderboard_cli", "compare run folders: Tables 5-7 + paired bootstrap CIs"),
     "rsvqa-lr": ("geopilot.eval.task_commands.rsvqa_lr", "RSVQA-LRBEN accuracy by type (avg: presence/comp/rural_urban)"),
     "rsvqa-hr": ("geopilot.eval.task_commands.rsvqa_hr", "RSVQA-HRBEN (test set 2) accuracy by type (avg: presence/comp)"),

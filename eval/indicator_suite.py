@@ -36,7 +36,8 @@ def _check(tool: str, field: str, op: str, value: Any = None) -> dict:
     return {"tool": tool, "field": field, "op": op, "value": value}
 
 
-def _case(cid, query, category, difficulty, calls, *, checks=(), contain=(), forbid=(), truth=(), history=(), rounds=None):
+def _case(cid, query, category, difficulty, calls, *, checks=(), contain=(), forbid=(), truth=(), history=(), rounds=None,
+          tool_errors=False):
     tools = []
     for call in calls:
         if call["tool"] not in tools:
@@ -47,7 +48,7 @@ def _case(cid, query, category, difficulty, calls, *, checks=(), contain=(), for
         "must_not_contain": list(forbid), "ground_truth": [{"label": lbl, "value": round(v, 4), "tolerance": round(tol, 3)}
                                                          for lbl, v, tol in truth],
         "max_rounds": rounds if rounds is not None else max(len(calls), 1) + 1, "history": list(history),
-        "reference_calls": list(calls),
+        "reference_calls": list(calls), "expect_tool_errors": tool_errors,
     }
 
 
@@ -203,15 +204,18 @@ def build_cases(truth: dict) -> list[dict]:
     for i, name in enumerate(names[2:4]):
         add(_case(f"buffer-{i}", f"How large would {name} be, in square kilometres, with a 2 km buffer around it?",
                   "spatial", "medium", [_call("buffer_area", area=name, level="municipality", distance_m=2000.0)],
-                  checks=[_check("buffer_area", "distance_m", "equals", 2000.0)], contain=["km"]))
+                  checks=[_check("buffer_area", "distance_m", "equals", 2000.0)],
+                  contain=[["km2", "km²", "square kilometres", "square kilometers", "km"]]))
 
     # error handling and refusal
     for i, ghost in enumerate(["Villarriba del Monte", "Santa Comba de Xallas", "Atlantis", "Porto Novo da Ria"]):
-        add(_case(f"missing-area-{i}", f"What percentage of {ghost} is forest?", "error_handling", "hard", [],
-                  contain=[NOT_FOUND], forbid=["%"], rounds=3))
+        add(_case(f"missing-area-{i}", f"What percentage of {ghost} is forest?", "error_handling", "hard",
+                  [_call("analyse_area", layer=LAND, area=ghost, level="municipality")],
+                  contain=[NOT_FOUND], forbid=["%"], rounds=3, tool_errors=True))
     for i, name in enumerate(names[::4]):
-        add(_case(f"display-only-{i}", f"What is the average hillshade value in {name}?", "error_handling", "hard", [],
-                  contain=[DISPLAY_ONLY], rounds=3))
+        add(_case(f"display-only-{i}", f"What is the average hillshade value in {name}?", "error_handling", "hard",
+                  [_call("analyse_area", layer="hillshade", area=name, level="municipality")],
+                  contain=[DISPLAY_ONLY], rounds=3, tool_errors=True))
     for i, query in enumerate(["What will the weather be in Braçal tomorrow?", "Book me a hotel in Évora Nova.",
                                "Translate this sentence into French: the river is high.",
                                "Who won the football league in Valdoria last year?",

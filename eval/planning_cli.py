@@ -22,7 +22,7 @@ from geopilot.eval.agents import AGENTS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", required=True, choices=list(AGENTS), help="; ".join(f"{k}: {v}" for k, v in AGENTS.items()))
-    parser.add_argument("--model", required=True, help="model directory (geopilot, hf) or the endpoint's model name (openai)")
+    parser.add_argument("--model", help="model directory (geopilot, hf) or the endpoint's model name (openai)")
     parser.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
     parser.add_argument("--api-key-env", help="openai: the environment variable that holds the API key")
     parser.add_argument("--tools-as", choices=["prompt", "openai"], default="prompt",
@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="42,1337,2024", help="comma-separated seeds (default 42,1337,2024)")
     parser.add_argument("--out", required=True, help="the run folder (resumed if it holds this run)")
     parser.add_argument("--tools-config", help="bind the real tool backends from this tools config instead of the planning fixture")
+    parser.add_argument("--catalog", help="the indicator tools of this catalogue as the tool layer (docs/indicators.md)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="tokens per generated turn")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="openai: seconds per request")
@@ -57,6 +58,12 @@ def build_agent(args: argparse.Namespace, registry):
     generation = {"max_new_tokens": args.max_new_tokens}
     if args.temperature > 0:
         generation.update(do_sample=True, temperature=args.temperature)
+    if args.agent == "reference":
+        from geopilot.eval.reference_agent import ReferenceAgent
+
+        return ReferenceAgent(registry), "reference"
+    if not args.model:
+        raise GeoPilotInputError(f"--agent {args.agent} needs --model")
     if args.agent == "openai":
         if not args.base_url:
             raise GeoPilotInputError("--agent openai needs --base-url")
@@ -77,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
     seeds = parse_seeds(args.seeds)
     case_set = load_cases(args.cases or PLANNING_FILE)
-    registry, layer = build_tool_layer(args.tools_config)
+    if args.tools_config and args.catalog:
+        raise GeoPilotInputError("--tools-config and --catalog are two different tool layers: pick one")
+    registry, layer = build_tool_layer(args.tools_config, args.catalog)
     agent, label = build_agent(args, registry)
     step = max(1, len(case_set.cases) * len(seeds) // 20)
 
@@ -85,11 +94,15 @@ def run(args: argparse.Namespace) -> int:
         if done % step == 0 or done == total:
             print(f"[{done}/{total}]", file=sys.stderr, flush=True)
 
-    summary = run_benchmark(agent, case_set, seeds, args.out, layer, label, CATEGORY_ORDER, progress)
+    order = CATEGORY_ORDER if args.cases is None else None  # another suite: its categories in file order
+    summary = run_benchmark(agent, case_set, seeds, args.out, layer, label, order, progress)
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         metrics = "  ".join(f"{m} {100 * summary[m]:.1f}%" if summary[m] is not None else f"{m} –" for m in ("TSA", "PA", "NTA", "OPA"))
-        print(f"{label}: {metrics}  ({summary['n_cases']} cases x {len(seeds)} seeds, {summary['infra_errors']} infra errors)")
+        accuracy = summary["accuracy"]["mean"]
+        passed = f"  all checks {100 * accuracy:.1f}%" if accuracy is not None else ""
+        print(f"{label}: {metrics}{passed}  ({summary['n_cases']} cases x {len(seeds)} seeds, "
+              f"{summary['infra_errors']} infra errors)")
         print(f"reports in {args.out}: results.jsonl cases.csv summary.json leaderboard.md leaderboard.png")
     return 0

@@ -19,22 +19,31 @@ from geopilot.eval.toolkit import sha256_text
 from geopilot.image import load_image
 from geopilot.tool_protocol import ToolRegistry
 
-SKIPPED_KEYS = {"id", "level", "parent", "name"}  # identifiers, not findings (ids like VAL-N-1 read as numbers)
+AREA_IDENTIFIERS = {"id", "level"}  # an area record's code (VAL-N-1 reads as a number) and level: not findings
 
 
 def render(value: Any) -> str:
     """A tool's `data` as one sentence of `key value` clauses, each number right after what it measures."""
     if isinstance(value, dict):
-        head = f"{value['name']}: " if isinstance(value.get("name"), str) and "value" not in value else ""
         if "name" in value and "value" in value:
             return f"{value['name']} {render(value['value'])}"
-        clauses = [f"{key.replace('_', ' ')} {render(item)}" for key, item in value.items() if key not in SKIPPED_KEYS]
+        named = isinstance(value.get("name"), str)
+        head = f"{value['name']}: " if named else ""
+        clauses = [_clause(key, item) for key, item in value.items()
+                   if not (named and (key == "name" or key in AREA_IDENTIFIERS))]
         return head + ", ".join(clauses)
     if isinstance(value, list):
         return "; ".join(render(item) for item in value)
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+def _clause(key: str, item: Any) -> str:
+    text = f"{key.replace('_', ' ')} {render(item)}"
+    if key == "change" and isinstance(item, int | float) and item:
+        text += " (an increase)" if item > 0 else " (a decrease)"
+    return text
 
 
 def answer_from(results) -> str:

@@ -15,7 +15,8 @@ Checks, in the order of PRECEDENCE (the first failing one is the row's `category
   forbidden_term    a `must_not_contain` term is present (outside benign phrases such as "margin of error")
   numeric_mismatch  a `ground_truth` number is not stated near its label within its tolerance
   too_many_rounds   more tool rounds than `max_rounds`
-A call is *successful* when the tool layer accepted the tool name and modality and it did not time out or
+A case with `expect_tool_errors` (an area that does not exist) counts a call the tool rejected as selecting the
+tool, and its tool errors are the point, not a failure. A call is *successful* when the tool layer accepted the tool name and modality and it did not time out or
 raise; a call whose params fail the schema still counts as choosing that tool (the parameters are PA's
 concern, not TSA's). Cost and latency are recorded on the row, never gated.
 """
@@ -138,7 +139,8 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         called = [c.tool for c in run.calls]
         checks.append(Check(name="no_tool", category="unnecessary_tool", passed=not called, detail=", ".join(called)))
         return checks
-    selected = [c for c in run.calls if c.error_kind in SELECTED_KINDS]
+    kinds = SELECTED_KINDS + (RUNTIME_FAILURES if case.expect_tool_errors else ())
+    selected = [c for c in run.calls if c.error_kind in kinds]
     selected_names = [c.tool for c in selected]
     missing = [t for t in case.expected_tools if t not in selected_names]
     checks.append(Check(name="tool_recall", category="missing_tool", passed=not missing, detail=", ".join(missing)))
@@ -160,7 +162,8 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         name = f"param:{check.tool}.{check.field} {check.op} {check.value!r}" if check.op != "nonempty" else (
             f"param:{check.tool}.{check.field} nonempty")  # fmt: skip
         checks.append(Check(name=name, category="param_mismatch", passed=holds, detail=f"got {seen}"))
-    failed = [c for c in run.calls if c.tool in case.expected_tools and c.error_kind in RUNTIME_FAILURES]
+    failed = [c for c in run.calls if c.tool in case.expected_tools and c.error_kind in RUNTIME_FAILURES
+              and not (case.expect_tool_errors and c.error_kind == "tool_error")]
     checks.append(
         Check(name="tools_ran", category="tool_failed", passed=not failed,
               detail="; ".join(c.error or c.tool for c in failed))

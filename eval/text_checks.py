@@ -89,8 +89,13 @@ def label_positions(text: str, label: str) -> list[int]:
     """Character offsets of the label in the text (case-insensitive, whole words, plural-insensitive)."""
     words = [re.escape(singular(w)) + r"(?:s|es)?" for w in normalise(label).split()]
     pattern = re.compile(r"(?<!\w)" + r"[\s_\-]+".join(words) + r"(?!\w)", re.IGNORECASE)
-    folded = "".join(ch for ch in unicodedata.normalize("NFKC", text))
-    return [m.start() for m in pattern.finditer(folded)]
+    return [m.start() for m in pattern.finditer(strip_accents(text))]
+
+
+def strip_accents(text: str) -> str:
+    """Each character by its base letter ("Añora" -> "Anora"), one for one, so offsets stay those of `text`."""
+    return "".join(next((c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c)), ch)[:1]
+                   for ch in text)
 
 
 CLAUSE_BREAK = re.compile(r"[;,]\s|\.\s|\band\b|\bwhile\b|\bwhereas\b")

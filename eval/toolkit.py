@@ -30,8 +30,15 @@ class FixtureBackend:
         return ToolOutput()
 
 
-def build_tool_layer(tools_config: str | Path | None = None) -> tuple[ToolRegistry, str]:
-    """(registry, name of the layer): the planning fixture, or the real backends of a tools config."""
+def build_tool_layer(tools_config: str | Path | None = None, catalog: str | Path | None = None) -> tuple[ToolRegistry, str]:
+    """(registry, name of the layer): the planning fixture, the real backends of a tools config, or the indicator
+    tools of a catalogue (a second domain on the same harness: docs/indicators.md)."""
+    if catalog is not None:
+        from geopilot.tools.indicators.tools import build_indicator_registry
+
+        if tools_config is not None:
+            raise ValueError("a tools config and an indicator catalogue are two different tool layers: pick one")
+        return build_indicator_registry(catalog), f"indicators:{Path(catalog).name}"
     if tools_config is not None:
         from geopilot.tools.registry import build_registry
 
@@ -44,13 +51,17 @@ def build_tool_layer(tools_config: str | Path | None = None) -> tuple[ToolRegist
 
 def tool_prompt(registry: ToolRegistry) -> str:
     """The system prompt of every prompted agent: the tool descriptions and the reply format (GeoPilot JSON)."""
+    schemas = registry.schemas()
+    reads_images = any(schema["modality"] is not None for schema in schemas)
     lines = [
-        "You are a remote-sensing assistant. You can call these tools on the user's image:",
+        "You are a remote-sensing assistant. You can call these tools on the user's image:"
+        if reads_images
+        else "You are a geospatial analysis assistant. You can call these tools:",
         "",
     ]
-    for schema in registry.schemas():
+    for schema in schemas:
         params = json.dumps(schema["input_schema"].get("properties", {}), sort_keys=True, separators=(",", ":"))
-        lines.append(f"- {schema['name']} ({schema['modality']} images): {schema['description']} params: {params}")
+        lines.append(f"- {schema['name']}{_reads(schema)}: {schema['description']} params: {params}")
     lines += [
         "",
         "Reply with ONE JSON object and nothing else:",
@@ -69,12 +80,16 @@ def openai_tools(registry: ToolRegistry) -> list[dict]:
             "type": "function",
             "function": {
                 "name": schema["name"],
-                "description": f"{schema['description']} ({schema['modality']} images)",
+                "description": f"{schema['description']}{_reads(schema)}",
                 "parameters": schema["input_schema"],
             },
         }
         for schema in registry.schemas()
     ]
+
+
+def _reads(schema: dict) -> str:
+    return f" ({schema['modality']} images)" if schema["modality"] is not None else ""
 
 
 def sha256_text(text: str) -> str:

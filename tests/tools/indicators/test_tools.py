@@ -128,3 +128,45 @@ def test_mcp_and_http_return_identical_results(region, registry):
     assert missing.is_error and "no province named 'Atlantis'" in missing.content[0].text
     refused = TestClient(create_app(registry)).post("/tools/analyse_area", json={**params, "area": "Atlantis"})
     assert refused.status_code == 400 and "Atlantis" in refused.json()["error"]
+
+
+def test_data_is_checked_against_the_schema_the_tool_declares():
+    from pydantic import BaseModel
+
+    from geopilot.tool_output import ToolOutput
+    from geopilot.tool_protocol import ToolRegistry
+
+    class Params(BaseModel):
+        pass
+
+    class Shares(BaseModel):
+        class_shares: dict[str, float]
+
+    class Tool:
+        name, description, modality, params_model, data_model = "shares", "d", None, Params, Shares
+
+        def __init__(self, data):
+            self.data = data
+
+        def run(self, image, params):
+            return ToolOutput(data=self.data)
+
+    good = ToolRegistry([Tool({"class_shares": {"forest": 40.0}})]).call(Action(tool="shares", params={}), image=None)
+    assert good.ok and good.output.data == {"class_shares": {"forest": 40.0}}
+    bad = ToolRegistry([Tool({"class_shares": "most of it"})]).call(Action(tool="shares", params={}), image=None)
+    assert bad.error_kind == "invalid_output" and bad.output is None
+    schema = ToolRegistry([Tool({})]).schemas()[0]
+    assert schema["data_schema"]["properties"]["class_shares"]["type"] == "object"
+
+
+def test_a_bad_catalogue_is_a_clear_config_error(tmp_path):
+    from geopilot.errors import ConfigError
+    from geopilot.tools.indicators.catalog import load_catalog
+
+    path = tmp_path / "catalog.yaml"
+    path.write_text("layers:\n  - {id: lc, path: a.tif, kind: categorical}\nareas:\n  - {level: province, path: p.gpkg}\n")
+    with pytest.raises(ConfigError, match="needs `classes`"):
+        load_catalog(path)
+    path.write_text("layers:\n  - {id: lc, path: a.tif, kind: continuous, colour: red}\nareas: []\n")
+    with pytest.raises(ConfigError, match="colour"):
+        load_catalog(path)
