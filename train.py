@@ -70,6 +70,7 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
         deepspeed_settings,
         make_accelerator,
         plan_steps,
+        require_distributed_launch,
         world_size_from_env,
     )
     from geopilot.training.export import export_model, git_revision
@@ -77,6 +78,7 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     # --- engine: validate the DeepSpeed config before any process group exists, then start accelerate
     world_size = world_size_from_env()
     ds_config = deepspeed_settings(cfg, world_size)
+    require_distributed_launch(ds_config)
     accelerator = make_accelerator(cfg, ds_config, world_size)
     _setup_logging(accelerator.is_main_process)
     set_seed(cfg.optim.seed)

@@ -16,6 +16,10 @@ verdict is "noisy, rerun" (benchmarks/rounds.py):
    re-prefilled, as LLaVA-Plus does), whole turn and up to its first token. Target: >= 2x faster with reuse.
 2. a tool query (think, tool, answer) vs a direct query (one answer turn with the same answer), through
    GeoPilot.chat. overhead = tool-query latency - tool time - direct latency; target: <= answer-turn time + 10%.
+3. an answer that quotes the three boxes of the tool output: the whole answer turn with KV reuse + prompt-lookup
+   speculation (`GenerationOptions.prompt_lookup_tokens`, drawn from the tool turn) vs the LLaVA-Plus re-prefill.
+   Target: >= 2x. Also shown: KV reuse without lookup, so the gain of each part is visible.
+Measurements 1 and 2 decode without lookup, so they show KV reuse alone.
 """
 
 from __future__ import annotations
@@ -48,12 +52,19 @@ PLAN = AssistantMessage(
     actions=[Action(tool="detect_objects", params={"categories": ["plane"]})],
 )
 ANSWER = AssistantMessage(reasoning="The detector found three planes.", value="There are 3 planes parked on the apron.")
+QUOTE = AssistantMessage(
+    reasoning="The detector found three planes at [0.1,0.1,0.2,0.2], [0.3,0.3,0.4,0.4] and [0.6,0.5,0.7,0.6].",
+    value="There are 3 planes: at [0.1,0.1,0.2,0.2], at [0.3,0.3,0.4,0.4] and at [0.6,0.5,0.7,0.6].",
+)
+LOOKUP_TOKENS = 10
 TOOL_SECONDS = 0.05
 RATIOS = (  # measured within each round; their spread over rounds is reported
     "answer_turn_speedup",
     "answer_first_token_speedup",
     "overhead_over_answer_turn",
     "overhead_per_plan_token_over_answer_per_token",
+    "quote_answer_speedup",
+    "quote_lookup_gain",
 )
 MAX_NEW_TOKENS = 256
 
@@ -127,18 +138,20 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def answer_turn_seconds(model, processor, image, reuse: bool, answer_tokens: int) -> tuple[float, int]:
+def answer_turn_seconds(
+    model, processor, image, reuse: bool, answer_tokens: int, answer: AssistantMessage | None = None, lookup: int = 0
+) -> tuple[float, int]:
     """Seconds of the answer-turn generate call (after a think turn), and the tokens it prefilled."""
     tok = processor.tokenizer
     prompt = render_turns([("user", f"<image>\n{QUESTION}")], tok, num_image_tokens(model.config)).input_ids
     pixels = processor.image_processor([image], return_tensors="pt")["pixel_values"]
-    answer_text = assistant_json(ANSWER)
+    answer_text = assistant_json(answer or ANSWER)
     session = ScriptedKVSession(
         model,
         tok,
         [prompt],
         pixels,
-        GenerationOptions(max_new_tokens=answer_tokens),
+        GenerationOptions(max_new_tokens=answer_tokens, prompt_lookup_tokens=lookup),
         [assistant_json(PLAN), answer_text],
         reuse_cache=reuse,
     )
@@ -159,7 +172,7 @@ def chat_seconds(model, processor, image, texts: list[str], reuse: bool = True) 
     pilot = GeoPilot(model, processor, ToolRegistry([TimedDetector()]), session_factory=factory)
     _sync(model.device)
     start = time.perf_counter()
-    result = pilot.chat(image, QUESTION)
+    result = pilot.chat(image, QUESTION, generation=GenerationOptions(prompt_lookup_tokens=0))  # KV reuse alone
     _sync(model.device)
     return time.perf_counter() - start, result
 
@@ -170,6 +183,9 @@ def measure_once(model, processor, image) -> dict:
     reprefill, prefilled_reprefill = answer_turn_seconds(model, processor, image, False, MAX_NEW_TOKENS)
     first_reuse, _ = answer_turn_seconds(model, processor, image, True, 1)
     first_reprefill, _ = answer_turn_seconds(model, processor, image, False, 1)
+    quote_lookup, _ = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS, QUOTE, LOOKUP_TOKENS)
+    quote_reuse, _ = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS, QUOTE)
+    quote_reprefill, _ = answer_turn_seconds(model, processor, image, False, MAX_NEW_TOKENS, QUOTE)
     direct, direct_result = chat_seconds(model, processor, image, [assistant_json(ANSWER)])
     tool, tool_result = chat_seconds(model, processor, image, [assistant_json(PLAN), assistant_json(ANSWER)])
     no_reuse, no_reuse_result = chat_seconds(
@@ -197,6 +213,11 @@ def measure_once(model, processor, image) -> dict:
         "overhead_per_plan_token_over_answer_per_token": (overhead / think_tokens)
         / (tool_result.timings.answer / answer_tokens),
         "tool_overhead_without_reuse_s": no_reuse - no_reuse_result.timings.tools - direct,
+        "quote_answer_lookup_s": quote_lookup,
+        "quote_answer_reuse_s": quote_reuse,
+        "quote_answer_reprefill_s": quote_reprefill,
+        "quote_answer_speedup": quote_reprefill / quote_lookup,
+        "quote_lookup_gain": quote_reuse / quote_lookup,
         "_counts": (prefilled_reuse, prefilled_reprefill, tool_result.tokens.prompt, think_tokens, answer_tokens),
     }
 
@@ -225,11 +246,13 @@ def summarize(rounds: list[dict], max_spread: float = MAX_SPREAD) -> dict:
     bad = contradictions(rounds)
     speedup = judge(spreads["answer_turn_speedup"], 2.0, True, max_spread, bad["speedup"])
     overhead = judge(spreads["overhead_over_answer_turn"], 1.1, False, max_spread, bad["overhead"])
+    quote = judge(spreads["quote_answer_speedup"], 2.0, True, max_spread)
     return {
         **medians,
         "spread": {key: value.as_dict() for key, value in spreads.items()},
         "target_speedup_2x": str(speedup),
         "target_overhead_le_answer_plus_10pct": str(overhead),
+        "target_quote_speedup_2x": str(quote),
     }
 
 
@@ -265,6 +288,13 @@ def print_report(report: dict) -> None:
         f"(plan {m['think_tokens']} tokens vs answer {m['answer_tokens']})"
     )
     print(f"{'same overhead without KV reuse':34}{m['tool_overhead_without_reuse_s']:12.3f} s")
+    print(f"{'answer quoting 3 boxes (s)':34}{'reuse+lookup':>12}{'reuse':>12}{'re-prefill':>12}")
+    print(
+        f"{'':34}{m['quote_answer_lookup_s']:12.3f}{m['quote_answer_reuse_s']:12.3f}{m['quote_answer_reprefill_s']:12.3f}"
+    )
+    print(f"{'  speed-up vs re-prefill':34}{spread['quote_answer_speedup'].describe()}")
+    print(f"{'  target >= 2x':34}{m['target_quote_speedup_2x']}")
+    print(f"{'  lookup alone (vs reuse)':34}{spread['quote_lookup_gain'].describe()}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,9 @@
 
 Every finished job (kept or dropped) is one JSON line appended to `journal/shard-NNNNN.jsonl`; its worker
 moves on only once the line is fsync'ed (group commit: one fsync covers every line written while the last ran). On start the journals are read back into the done-set; a torn last line (a kill
-mid-write) is cut off, so its job simply runs again. The final shards are rebuilt from the journals in job
+mid-write) is cut off, so its job simply runs again. A complete line that does not parse (a corrupt line inside
+the file) is skipped and counted (`corrupt_lines`), never a reason to drop the lines after it; its job runs again.
+The final shards are rebuilt from the journals in job
 order, so their bytes do not depend on the order jobs finished in.
 """
 
@@ -23,6 +25,7 @@ class Journal:
         self._waiters: list[asyncio.Future] = []
         self._syncer: asyncio.Task | None = None
         self.torn_lines = 0  # cut off while recovering (each was a job killed mid-write)
+        self.corrupt_lines = 0  # complete lines that do not parse as an entry: skipped (their jobs run again)
 
     def path(self, shard: int) -> Path:
         return self.directory / f"shard-{shard:05d}.jsonl"
@@ -37,12 +40,11 @@ class Journal:
             for line in data.splitlines(keepends=True):
                 if not line.endswith(b"\n"):
                     break
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    break
                 good_end += len(line)
-                if entry["id"] not in entries:
+                entry = parse_entry(line)
+                if entry is None:
+                    self.corrupt_lines += 1
+                elif entry["id"] not in entries:
                     entries[entry["id"]] = summary(entry)
             if good_end < len(data):
                 self.torn_lines += 1
@@ -56,10 +58,10 @@ class Journal:
         """The full entries of one shard's journal by sample id (the first one wins); call after `recover`."""
         entries: dict[str, dict] = {}
         if self.path(shard).is_file():
-            with self.path(shard).open(encoding="utf-8") as handle:
+            with self.path(shard).open("rb") as handle:
                 for line in handle:
-                    entry = json.loads(line)
-                    entries.setdefault(entry["id"], entry)
+                    if (entry := parse_entry(line)) is not None:  # corrupt lines were counted by `recover`
+                        entries.setdefault(entry["id"], entry)
         return entries
 
     def write(self, shard: int, entry: dict) -> None:
@@ -100,6 +102,16 @@ class Journal:
 def _fsync_all(fds: set[int]) -> None:
     for fd in fds:
         os.fsync(fd)
+
+
+def parse_entry(line: bytes) -> dict | None:
+    """One journal line -> its entry, or None when it is not one (bad UTF-8 or JSON, no id, missing fields)."""
+    try:
+        entry = json.loads(line)
+        summary(entry)  # the fields every reader of the journal uses
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return entry if isinstance(entry["id"], str) else None
 
 
 def summary(entry: dict) -> dict:

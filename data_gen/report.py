@@ -37,7 +37,9 @@ def unknown_class_names(plan) -> dict[str, dict[str, int]]:
     return {source: dict(counts.most_common()) for source, counts in sorted(found.items()) if counts}
 
 
-def build_report(plan, entries: dict[str, dict], config, manifest: dict, torn_lines: int = 0) -> dict:
+def build_report(
+    plan, entries: dict[str, dict], config, manifest: dict, torn_lines: int = 0, corrupt_lines: int = 0
+) -> dict:
     """`entries`: journal summaries by sample id (`geopilot.data_gen.journal.summary`)."""
     done = [entries[job.sample_id] for job in plan.jobs if job.sample_id in entries]
     kept = [e for e in done if e["status"] == "kept"]
@@ -126,6 +128,7 @@ def build_report(plan, entries: dict[str, dict], config, manifest: dict, torn_li
         "generator_skips_by_cause": dict(plan.skips.most_common()),
         "unknown_class_names": unknown_class_names(plan),
         "journal_torn_lines_repaired": torn_lines,
+        "journal_corrupt_lines_skipped": corrupt_lines,
     }
 
 

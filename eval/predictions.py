@@ -16,23 +16,14 @@ from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem
+from geopilot.fileio import read_json_log
 
 PREDICTIONS = "predictions.jsonl"
 
 
 def read_predictions(path: Path) -> dict[str, dict]:
     """id -> record from a predictions JSONL; a line that does not parse (a torn last write) is ignored."""
-    records: dict[str, dict] = {}
-    if not path.is_file():
-        return records
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("id"), str):
-            records[record["id"]] = record
-    return records
+    return {record["id"]: record for record in read_json_log(path) if isinstance(record.get("id"), str)}
 
 
 def _record(item: EvalItem, result) -> dict:

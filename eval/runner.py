@@ -20,6 +20,7 @@ from geopilot.eval.cases import DIFFICULTIES, CaseSet
 from geopilot.eval.metrics import summarise
 from geopilot.eval.scorer import score
 from geopilot.eval.toolkit import canonical_hash
+from geopilot.fileio import read_json_log
 
 SCORER_VERSION = "1"
 RESULTS = "results.jsonl"
@@ -27,17 +28,7 @@ RESULTS = "results.jsonl"
 
 def read_rows(path: Path) -> list[dict]:
     """The rows of a results log; a line cut off by a kill is skipped (it is re-run)."""
-    rows = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "case_id" in row and "seed" in row:
-            rows.append(row)
-    return rows
+    return [row for row in read_json_log(path) if "case_id" in row and "seed" in row]
 
 
 def _append(path: Path, row: dict) -> None:

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,9 +48,13 @@ from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolCallError, ToolRegistry, ToolResult
 from geopilot.wire import format_repair_turn, format_tool_turn
 
-Outcome = Literal["direct", "tools", "unparsable", "round_limit"]
+Outcome = Literal["direct", "tools", "unparsable", "round_limit", "context_limit", "deadline"]
+DEFAULT_MAX_TOOL_CALLS = 8  # calls run per plan; the rest come back as `call_limit` errors
+DEFAULT_CHAT_TIMEOUT_S = 600.0  # a whole chat: tool calls get at most what is left, no turn starts after it
+MIN_TURN_TOKENS = 16  # a turn with less room than this in the context is not started: the chat ends instead
 TurnKind = Literal["think", "repair", "answer"]
 _HISTORY = TypeAdapter(list[Message])
+MAX_CONCURRENT_DIALOGUES = 8  # rows of a batch whose tool calls run at the same time
 
 
 class TurnRecord(BaseModel):
@@ -102,7 +107,10 @@ class Timings(BaseModel):
 class ChatResult(BaseModel):
     answer: str
     outcome: Outcome  # direct: answered without tools; tools: answered from tool outputs; unparsable: the raw
-    # text of a reply that never parsed; round_limit: the model still asked for tools after max_rounds
+    # text of a reply that never parsed; round_limit: the model still asked for tools after max_rounds;
+    # context_limit: the next turn would not fit in the model's context (a turn that fits partly is shortened);
+    # deadline: the chat's time (chat_timeout_s) ran out before the next turn. `error` says which, with numbers.
+    # `error` is also set when every tool call of the answer failed.
     error: str | None = None  # the unresolved problem behind a fallback answer (None when all went well)
     repaired: bool = False  # a repair turn was needed
     turns: list[TurnRecord] = []
@@ -151,9 +159,18 @@ class _Prepared:
 class _Dialogue:
     """The loop for one request, fed one generated turn at a time; says what the model reads next."""
 
-    def __init__(self, request: _Prepared, registry: ToolRegistry, max_rounds: int, tool_timeout_s: float | None):
+    def __init__(
+        self,
+        request: _Prepared,
+        registry: ToolRegistry,
+        max_rounds: int,
+        tool_timeout_s: float | None,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        deadline: float | None = None,  # time.monotonic() after which nothing new starts
+    ):
         self.request, self.registry = request, registry
         self.max_rounds, self.tool_timeout_s = max_rounds, tool_timeout_s
+        self.max_tool_calls, self.deadline = max_tool_calls, deadline
         self.turns: list[TurnRecord] = []
         self.tool_calls: list[ToolCallRecord] = []
         self.messages: list = list(request.messages)
@@ -209,9 +226,22 @@ class _Dialogue:
             return f"invalid_params: {type(err).__name__}: {err}"
         return None
 
+    def tokens_used(self) -> int:
+        """Context positions this conversation fills so far (each generated turn also holds its </s>)."""
+        later_inputs = sum(t.new_input_tokens for t in self.turns[1:])
+        return len(self.request.prompt) + later_inputs + sum(t.generated_tokens + 1 for t in self.turns)
+
+    def stop(self, outcome: Outcome, error: str) -> None:
+        """End before the next turn (context full, or the deadline passed); the last plan's value is the answer."""
+        last = next((t.plan for t in reversed(self.turns) if t.plan is not None), None)
+        self._finish((last.value or "") if last is not None else "", outcome, error)
+
     def _call(self, action: Action) -> ToolResult:
+        timeout = self.tool_timeout_s if self.tool_timeout_s is not None else self.registry.timeout_s
+        if self.deadline is not None:  # never past the chat's deadline (0 left: the call is reported, not run)
+            timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
         try:
-            return self.registry.call(action, self.request.image, self.request.gate, self.tool_timeout_s)
+            return self.registry.call(action, self.request.image, self.request.gate, timeout)
         except Exception as err:  # noqa: BLE001 - ToolRegistry.call captures failures; this guards other registries
             return ToolResult(
                 action.tool, dict(action.params), error=f"{type(err).__name__}: {err}", error_kind="tool_error"
@@ -221,7 +251,16 @@ class _Dialogue:
         """Run every call (after a failed repair, invalid ones come back as errors the model answers from)."""
         self.rounds += 1
         record.tool_round = self.rounds
-        results = [self._call(action) for action in plan.actions]
+        results = [self._call(action) for action in plan.actions[: self.max_tool_calls]]
+        results += [
+            ToolResult(
+                action.tool,
+                dict(action.params),
+                error=f"not run: the plan has {len(plan.actions)} calls, more than max_tool_calls={self.max_tool_calls}",
+                error_kind="call_limit",
+            )
+            for action in plan.actions[self.max_tool_calls :]
+        ]
         self.messages.append(plan)
         for result in results:
             self.tool_calls.append(ToolCallRecord(round=self.rounds, **vars(result)))
@@ -239,6 +278,9 @@ class _Dialogue:
         if outcome == "unparsable":
             self.messages.append(AssistantMessage(value=answer))
         error = error or self.unresolved
+        answered_from = [c for c in self.tool_calls if c.round == self.rounds]
+        if error is None and outcome == "tools" and answered_from and all(c.error for c in answered_from):
+            error = "every tool call failed: " + "; ".join(f"{c.tool}: {c.error}" for c in answered_from)
         self.result = ChatResult(
             answer=answer,
             outcome=outcome,
@@ -288,8 +330,17 @@ class GeoPilot:
         tool_timeout_s: float | None = None,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         session_factory: SessionFactory | None = None,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        chat_timeout_s: float | None = DEFAULT_CHAT_TIMEOUT_S,
     ):
         from geopilot.model import num_image_tokens
+
+        for name, value in (("tool_timeout_s", tool_timeout_s), ("chat_timeout_s", chat_timeout_s)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise GeoPilotInputError(f"{name} must be a number of seconds > 0 (or None), got {value!r}")
+        if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
+            raise GeoPilotInputError(f"max_tool_calls must be a whole number >= 1, got {max_tool_calls!r}")
+        self.max_tool_calls, self.chat_timeout_s = max_tool_calls, chat_timeout_s
 
         self.model, self.processor, self.tokenizer = model, processor, processor.tokenizer
         self.image_tokens = num_image_tokens(model.config)
@@ -310,13 +361,10 @@ class GeoPilot:
         **kwargs,
     ) -> GeoPilot:
         """A saved model directory -> GeoPilot. `tools=None` builds the default registry (configs/tools.yaml) on first use."""
+        from geopilot.device import resolve_device
         from geopilot.model import load_model
 
-        if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, processor = load_model(path, device=device, dtype=dtype)
+        model, processor = load_model(path, device=str(resolve_device(device)), dtype=dtype)
         return cls(model, processor, tools, tools_config=tools_config, **kwargs)
 
     @staticmethod
@@ -422,22 +470,62 @@ class GeoPilot:
         pixels = pixel_values(self.processor, [p.image.image for p in prepared])
         preprocess_seconds = time.perf_counter() - started
         session = self.session_factory([p.prompt for p in prepared], pixels, options)
-        dialogues = [_Dialogue(p, registry, max_rounds, self.tool_timeout_s) for p in prepared]
+        deadline = None if self.chat_timeout_s is None else time.monotonic() + self.chat_timeout_s
+        dialogues = [
+            _Dialogue(p, registry, max_rounds, self.tool_timeout_s, self.max_tool_calls, deadline) for p in prepared
+        ]
+        context = self.model.config.text_config.max_position_embeddings
         pending: dict[int, list[int] | None] = dict.fromkeys(range(len(prepared)))
         while pending:
-            rows = list(pending)
-            tails = None if all(t is None for t in pending.values()) else [pending[r] for r in rows]
+            room = self._turn_room(dialogues, pending, context, deadline)
+            if not room:
+                break
+            rows = list(room)
+            tails = None if all(pending[r] is None for r in rows) else [pending[r] for r in rows]
             on_text = AnswerExtractor(stream).feed if stream is not None else None
-            turns = session.generate(rows, tails, stream=on_text)
+            shorten = min(room.values())  # one generate call for the batch: the tightest row sets the length
+            limit = {"max_new_tokens": shorten} if shorten < options.max_new_tokens else {}
+            turns = session.generate(rows, tails, stream=on_text, **limit)
             pending = {}
-            for row, turn in zip(rows, turns, strict=True):
-                next_text = dialogues[row].take(turn)
+            for row, next_text in zip(rows, _take_all(dialogues, rows, turns), strict=True):
                 if next_text is not None:
                     pending[row] = encode_text(self.tokenizer, user_turn_text(next_text, first=False))
         encode_seconds = preprocess_seconds + session.encode_seconds
         for dialogue in dialogues:
             dialogue.timings_and_tokens(encode_seconds, self.image_tokens, started)
         return [d.result for d in dialogues]
+
+
+    def _turn_room(
+        self,
+        dialogues: list[_Dialogue], pending: dict[int, list[int] | None], context: int, deadline: float | None
+    ) -> dict[int, int]:
+        """Tokens each pending row may generate next; rows past the deadline or without room are ended here."""
+        room = {}
+        for row, tail in pending.items():
+            dialogue = dialogues[row]
+            if deadline is not None and time.monotonic() >= deadline:
+                dialogue.stop("deadline", f"the chat ran past its deadline (chat_timeout_s={self.chat_timeout_s:g} s)")
+                continue
+            left = context - dialogue.tokens_used() - len(tail or [])
+            if left < MIN_TURN_TOKENS:
+                dialogue.stop(
+                    "context_limit",
+                    f"the next turn does not fit in the model's context of {context} tokens "
+                    f"({context - left} used, fewer than {MIN_TURN_TOKENS} left)",
+                )
+                continue
+            room[row] = left
+        return room
+
+
+def _take_all(dialogues: list[_Dialogue], rows: list[int], turns: list[Turn]) -> list[str | None]:
+    """Feed each row its generated turn; the tool calls of different rows (requests) run concurrently, so one
+    request's slow tool does not hold up the others' (the calls of one plan still run in order)."""
+    if len(rows) == 1:
+        return [dialogues[rows[0]].take(turns[0])]
+    with ThreadPoolExecutor(max_workers=min(len(rows), MAX_CONCURRENT_DIALOGUES), thread_name_prefix="dialogue") as pool:
+        return list(pool.map(lambda row, turn: dialogues[row].take(turn), rows, turns))
 
 
 class AnswerStream:

@@ -7,7 +7,9 @@ sees the old file or the new one, never a torn mix.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -32,3 +34,18 @@ def atomic_write(path: str | Path, text: str) -> None:
     finally:
         staging.unlink(missing_ok=True)  # only still there when writing or renaming failed
     fsync_path(path.parent)
+
+
+def read_json_log(path: str | Path) -> Iterator[dict]:
+    """The JSON objects of an append-only JSONL log, oldest first. A line that does not parse (torn by a kill
+    mid-write) or is not an object is passed over: the work it stood for is simply done again."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            yield record

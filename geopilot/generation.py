@@ -171,8 +171,10 @@ class KVSession:
         tails: list[list[int]] | None = None,
         stream: Callable[[str], None] | None = None,
         keep_logits: bool = False,
+        max_new_tokens: int | None = None,
     ) -> list[Turn]:
-        """Generate the next assistant turn of `rows`; `tails` are the user-turn ids each row gets first."""
+        """Generate the next assistant turn of `rows`; `tails` are the user-turn ids each row gets first.
+        `max_new_tokens` shortens this turn below the options' (the agent does so when the context is nearly full)."""
         import torch
         from transformers import DynamicCache
 
@@ -200,6 +202,8 @@ class KVSession:
         start = time.perf_counter()
         config = copy.deepcopy(self.generation_config)
         config.return_dict_in_generate, config.output_logits = True, keep_logits
+        if max_new_tokens is not None:
+            config.max_new_tokens = min(config.max_new_tokens, max_new_tokens)
         lookup = self.started and self.reuse_cache and len(rows) == 1 and not keep_logits and self.lookup_tokens > 0
         with torch.inference_mode():
             if lookup and not config.do_sample and config.repetition_penalty == 1.0:

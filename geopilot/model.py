@@ -17,6 +17,7 @@ from typing import Literal
 
 from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.config import StrictConfig
+from geopilot.device import resolve_device
 from geopilot.errors import ConfigError, WeightsError
 from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, prepare_tokenizer, tiny_tokenizer
 
@@ -225,6 +226,7 @@ def save_model(model, processor, out_dir: str | Path) -> Path:
     try:
         model.save_pretrained(staging, safe_serialization=True)
         processor.save_pretrained(staging)
+        os.chmod(staging, 0o755)  # mkdtemp makes it 0700; a model directory is for others to read too
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(staging, out_dir)
@@ -245,7 +247,13 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None):
             f"no model at {path} (expected config.json + *.safetensors, e.g. from `geopilot init-model`)"
         )
     kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
-    model = LlavaForConditionalGeneration.from_pretrained(path, use_safetensors=True, **kwargs).to(device).eval()
+    target = resolve_device(device)  # an unknown or absent device: one line, before any weights are read
+    try:
+        model = LlavaForConditionalGeneration.from_pretrained(path, use_safetensors=True, **kwargs)
+    except Exception as err:  # noqa: BLE001 - truncated/corrupt safetensors, missing shards: all mean a bad model dir
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeightsError(f"{path}: the model weights cannot be read ({type(err).__name__}: {first})") from None
+    model = model.to(target).eval()
     processor = AutoProcessor.from_pretrained(path)
     prepare_tokenizer(processor.tokenizer)
     return model, processor

@@ -161,11 +161,15 @@ def load_samples(
     if not path.is_file():
         raise SampleError(f"data file not found: {path}")
     report = report if report is not None else LoadReport()
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
+    with path.open("rb") as handle:  # decoded line by line: one bad line is that line's problem, not the file's
+        for line_number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
             try:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise SampleError(f"not valid UTF-8 (byte {err.start + 1} of the line)", line=line_number) from None
                 try:
                     data = json.loads(line)
                 except json.JSONDecodeError as err:

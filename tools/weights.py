@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from geopilot.errors import WeightsError
+from geopilot.errors import GeoPilotInputError, WeightsError
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the tool registry builds without it
     import torch
@@ -73,7 +73,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             return load_file(str(path), device="cpu")
         except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
-            raise WeightsError(f"{path}: not a readable safetensors file: {err}") from None
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise WeightsError(f"{path}: not a readable safetensors file: {first_line}") from None
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -82,8 +83,9 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             f"{path}: refused: the checkpoint holds pickled objects beyond tensors (possibly code); "
             f"only weights are loaded ({first_line})"
         ) from None
-    except (RuntimeError, EOFError, OSError) as err:
-        raise WeightsError(f"{path}: not a readable checkpoint: {err}") from None
+    except Exception as err:  # noqa: BLE001 - on garbage torch raises KeyError, ValueError, RuntimeError, EOFError, ...
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else "empty or truncated"
+        raise WeightsError(f"{path}: not a readable checkpoint ({type(err).__name__}: {first_line})") from None
     while isinstance(data, Mapping):
         inner = next((data[k] for k in CONTAINER_KEYS if isinstance(data.get(k), Mapping)), None)
         if inner is None:
@@ -133,18 +135,13 @@ def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], sourc
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """`auto` -> CUDA when present, else CPU; anything else is passed to torch.device (bad names are user errors)."""
-    import torch
+    """`auto` -> CUDA when present, else CPU; anything else must be a device that is here (geopilot.device)."""
+    from geopilot.device import resolve_device
 
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        chosen = torch.device(device)
-    except RuntimeError as err:
-        raise WeightsError(f"unknown device {device!r}: {err}") from None
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise WeightsError(f"device {device!r} was asked for, but CUDA is not available here")
-    return chosen
+        return resolve_device(device)
+    except GeoPilotInputError as err:
+        raise WeightsError(str(err)) from None
 
 
 def place(module: nn.Module, device: torch.device, half_on_cuda: bool = True) -> nn.Module:

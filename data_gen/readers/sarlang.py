@@ -110,21 +110,10 @@ def _text_files(text_dir: Path, stem: str) -> list[Path]:
     return sorted(p for p in found if p.stem == stem or p.parent.name == stem)
 
 
-def read_sarlang(root: Path, split: str = "train") -> ReadResult:
-    if split not in TEXT_FILES:
-        raise DatasetRootError(f"SARLANG-1M: split must be one of {list(TEXT_FILES)}")
-    root = require_dir(root, "SARLANG-1M", "expected SARimages/ and Text/{caption,VQA}/")
-    text_dir = root / "Text"
-    files = (
-        [(p, kind) for stem, kind in TEXT_FILES[split] for p in _text_files(text_dir, stem)]
-        if text_dir.is_dir()
-        else []
-    )
-    if not files:
-        names = ", ".join(stem for stem, _ in TEXT_FILES[split])
-        raise DatasetRootError(f"SARLANG-1M: none of {names} (.csv/.json/.jsonl) found under {text_dir}")
-    report = ReadReport()
-    by_image: dict[str, AnnotationRecord] = {}
+def text_rows(files: list[tuple[Path, str]], report: ReadReport):
+    """(where, image name, turns, task) for every usable row of SARLANG text files given as (path, kind);
+    unreadable files and malformed rows are counted in `report`. The one row parser the reader and
+    evaluation (geopilot.eval.loaders.sarlang) share."""
     for path, kind in files:
         try:
             rows = _rows(path, kind)
@@ -143,14 +132,33 @@ def read_sarlang(root: Path, split: str = "train") -> ReadResult:
             except ValueError as err:
                 report.skip(MALFORMED_LINE, f"{where}: {err}")
                 continue
-            image_path = _image_path(root, image_name)
-            record = by_image.get(str(image_path))
-            if record is None:
-                image = checked_image(image_path, report, where)
-                if image is None:
-                    continue
-                path_, width, height = image
-                record = AnnotationRecord("SARLANG-1M", str(path_), width, height, "sar", split, path_.stem)
-                by_image[str(image_path)] = record
-            record.dialogues.append(Dialogue(turns, task))
+            yield where, image_name, turns, task
+
+
+def read_sarlang(root: Path, split: str = "train") -> ReadResult:
+    if split not in TEXT_FILES:
+        raise DatasetRootError(f"SARLANG-1M: split must be one of {list(TEXT_FILES)}")
+    root = require_dir(root, "SARLANG-1M", "expected SARimages/ and Text/{caption,VQA}/")
+    text_dir = root / "Text"
+    files = (
+        [(p, kind) for stem, kind in TEXT_FILES[split] for p in _text_files(text_dir, stem)]
+        if text_dir.is_dir()
+        else []
+    )
+    if not files:
+        names = ", ".join(stem for stem, _ in TEXT_FILES[split])
+        raise DatasetRootError(f"SARLANG-1M: none of {names} (.csv/.json/.jsonl) found under {text_dir}")
+    report = ReadReport()
+    by_image: dict[str, AnnotationRecord] = {}
+    for where, image_name, turns, task in text_rows(files, report):
+        image_path = _image_path(root, image_name)
+        record = by_image.get(str(image_path))
+        if record is None:
+            image = checked_image(image_path, report, where)
+            if image is None:
+                continue
+            path_, width, height = image
+            record = AnnotationRecord("SARLANG-1M", str(path_), width, height, "sar", split, path_.stem)
+            by_image[str(image_path)] = record
+        record.dialogues.append(Dialogue(turns, task))
     return finish(list(by_image.values()), report)

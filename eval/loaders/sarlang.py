@@ -14,12 +14,11 @@ scored but left out of the SAR average. Captions: one item per row with its one 
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
-from geopilot.data_gen.readers.common import MALFORMED_FILE, MALFORMED_LINE, MISSING_IMAGE
-from geopilot.data_gen.readers.sarlang import IMAGE_KEYS, _image_path, _pick, _rows, _text_files, _turns
+from geopilot.data_gen.readers.common import MALFORMED_LINE, MISSING_IMAGE
+from geopilot.data_gen.readers.sarlang import _image_path, _text_files, text_rows
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem, Loaded
 from geopilot.records import ReadReport
 
@@ -67,31 +66,14 @@ def _read(root: Path | str, stem: str, kind: str, check_images: bool, report: Re
     if not root.is_dir():
         raise BenchmarkError(f"SARLANG-1M: {root} is not a directory (expected SARimages/ and Text/)")
     seen: dict[str, int] = {}
-    for path in _files(root, stem):
-        try:
-            rows = _rows(path, kind)
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError, csv.Error) as err:
-            report.skip(MALFORMED_FILE, f"{path.name}: {err}")
+    for where, image_name, turns, task in text_rows([(path, kind) for path in _files(root, stem)], report):
+        image = _image_path(root, image_name)
+        if check_images and not image.is_file():
+            report.skip(MISSING_IMAGE, f"{where}: {image} not found")
             continue
-        for index, row in enumerate(rows):
-            where = f"{path.name} row {index + 1}"
-            try:
-                if not isinstance(row, dict):
-                    raise ValueError("row is not an object")
-                image_name = _pick(row, IMAGE_KEYS)
-                if image_name is None:
-                    raise ValueError("no image field")
-                turns, task = _turns(row, kind)
-            except ValueError as err:
-                report.skip(MALFORMED_LINE, f"{where}: {err}")
-                continue
-            image = _image_path(root, image_name)
-            if check_images and not image.is_file():
-                report.skip(MISSING_IMAGE, f"{where}: {image} not found")
-                continue
-            seen[image.stem] = seen.get(image.stem, 0) + 1
-            item_id = image.stem if seen[image.stem] == 1 else f"{image.stem}#{seen[image.stem] - 1}"
-            yield item_id, image, turns, task
+        seen[image.stem] = seen.get(image.stem, 0) + 1
+        item_id = image.stem if seen[image.stem] == 1 else f"{image.stem}#{seen[image.stem] - 1}"
+        yield item_id, image, turns, task
 
 
 def load_sar_vqa(root: Path | str, stem: str = "SARVQA1_test", check_images: bool = True) -> Loaded:

@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise GeoPilotInputError("the question is empty")
     if args.max_rounds < 0 or args.max_new_tokens < 1:
         raise GeoPilotInputError("--max-rounds must be >= 0 and --max-new-tokens >= 1")
+    if args.tool_timeout is not None and not args.tool_timeout > 0:  # also NaN
+        raise GeoPilotInputError(f"--tool-timeout must be a number of seconds > 0, got {args.tool_timeout:g}")
     image = load_image(args.image)
     pilot = GeoPilot.from_pretrained(
         args.model, device=args.device, dtype=args.dtype, tools_config=args.tools, tool_timeout_s=args.tool_timeout

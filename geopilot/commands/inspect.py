@@ -72,8 +72,8 @@ def _print_human(record: dict, console) -> None:
     from rich.markup import escape
 
     name = record["id"] or f"line {record['line']}"
-    if record["error"]:
-        console.print(f"[bold red]✗[/] {escape(name)}: {escape(record['error'])}")
+    if record["error"]:  # the error names the sample and the line itself
+        console.print(f"[bold red]✗[/] {escape(record['error'])}")
         return
     console.print(
         f"[bold green]✓[/] {escape(name)}: {record['num_tokens']} tokens, {record['num_trained_tokens']} trained"
@@ -99,11 +99,28 @@ def run(args: argparse.Namespace) -> int:
         tokenizer, image_tokens = tiny_tokenizer(), LLAVA15_IMAGE_TOKENS
     console = Console(highlight=False)
     summary = {"samples": 0, "ok": 0, "errors": 0, "zero_trained": 0}
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
+    first_line: dict[str, int] = {}  # sample id -> the line it first appeared on
+    with path.open("rb") as handle:  # decoded per line: invalid UTF-8 is that line's error
+        for line_number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
-            record = inspect_line(line, line_number, tokenizer, image_tokens, args.max_length, path.parent)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                line = None
+                error = str(SampleError(f"not valid UTF-8 (byte {err.start + 1} of the line)", line=line_number))
+            if line is None:
+                record = {"id": None, "line": line_number, "num_tokens": 0, "num_trained_tokens": 0}
+                record |= {"trained_segments": [], "text": None, "hf_messages": None, "error": error}
+            else:
+                record = inspect_line(line, line_number, tokenizer, image_tokens, args.max_length, path.parent)
+            sample_id = record["id"]
+            if sample_id is not None and sample_id in first_line and not record["error"]:
+                record["error"] = str(
+                    SampleError(f"duplicate id (first on line {first_line[sample_id]})", sample_id=sample_id, line=line_number)
+                )
+            if sample_id is not None:
+                first_line.setdefault(sample_id, line_number)
             summary["samples"] += 1
             if record["error"]:
                 summary["errors"] += 1
@@ -120,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 _print_human(record, console)
+    if summary["samples"] == 0:
+        raise GeoPilotInputError(f"{path}: no samples (the file is empty or has only blank lines)")
     if args.json:
         print(json.dumps({"summary": summary}))
     else:

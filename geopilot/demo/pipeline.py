@@ -196,18 +196,31 @@ def publish_model(layout: Layout) -> None:
 # ---- evaluation ---------------------------------------------------------------------------------------------------
 
 
+def _shares(sizes: dict, n: int) -> dict:
+    """Split n over groups in proportion to their sizes (largest remainder), at least one each."""
+    total = sum(sizes.values())
+    exact = {key: size * n / total for key, size in sizes.items()}
+    counts = {key: max(1, int(value)) for key, value in exact.items()}
+    for key in sorted(exact, key=lambda k: exact[k] - int(exact[k]), reverse=True)[: max(0, n - sum(counts.values()))]:
+        counts[key] += 1
+    return counts
+
+
 def held_out_subset(cases: list[dict], n: int) -> list[dict]:
-    """n of the planning cases, stratified: each category keeps its share, spread evenly over its (difficulty- and
-    modality-ordered) list, so difficulties and SAR/optical keep their proportions too."""
+    """n of the planning cases, stratified: each category, and each difficulty within it, keeps its share; within
+    a group the picks are spread evenly over its list (SAR cases first, then optical), so modality keeps its share."""
     if n >= len(cases):
         return cases
-    by_category: dict[str, list[dict]] = {}
+    groups: dict[tuple, list[dict]] = {}
     for case in cases:
-        by_category.setdefault(case["category"], []).append(case)
+        groups.setdefault((case["category"], case["difficulty"]), []).append(case)
+    per_category = _shares({c: sum(len(g) for (cat, _), g in groups.items() if cat == c) for c, _ in groups}, n)
     chosen = []
-    for group in by_category.values():
-        k = max(1, round(len(group) * n / len(cases)))
-        chosen += [group[int(i * len(group) / k)] for i in range(k)]
+    for category, k in per_category.items():
+        mine = {key: group for key, group in groups.items() if key[0] == category}
+        for key, count in _shares({key: len(group) for key, group in mine.items()}, k).items():
+            group = mine[key]
+            chosen += [group[int((i + 0.5) * len(group) / count)] for i in range(min(count, len(group)))]
     return chosen
 
 

@@ -80,8 +80,8 @@ def read_results(layout: Layout) -> dict:
     return results
 
 
-def run_demo(out: str | Path, settings: DemoSettings, console=None) -> Path:
-    """Run (or resume, or reuse) the demo in `out`; returns DIR/report.md."""
+def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str = "report") -> Path:
+    """Run (or resume, or reuse) the demo in `out` up to and including phase `until`; returns DIR/report.md."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -97,7 +97,8 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None) -> Path:
     if check_out_dir(layout, settings):
         console.print(f"{layout.out} already holds this finished demo; report: {layout.report}")
         return layout.report
-    remaining = [phase for phase in PHASES if not layout.marker(phase).is_file()]
+    wanted = PHASES[: PHASES.index(until) + 1]
+    remaining = [phase for phase in wanted if not layout.marker(phase).is_file()]
     if "data" in remaining:
         check_disk(layout.out, settings.needed_bytes())
     layout.out.mkdir(parents=True, exist_ok=True)
@@ -124,6 +125,9 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None) -> Path:
             if bars.tasks[task].total is None:  # a phase that reported no progress
                 bars.update(task, completed=1, total=1)
             pipeline._json(layout.marker(phase), {"result": result, "seconds": seconds})
+    if until != "report":
+        console.print(f"stopped after {until} (rerun without --until to finish)")
+        return layout.report
     results = read_results(layout)
     console.print(_summary(results))
     console.print(f"report: {layout.report}")

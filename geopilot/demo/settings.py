@@ -21,27 +21,27 @@ PHASES = ("data", "stage1", "stage2", "evaluate", "chats", "report")
 
 class DemoSettings(StrictConfig):
     seed: int = 0
-    optical: int = Field(default=120, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
-    sar: int = Field(default=100, ge=4, le=1000)  # synthetic SAR scenes
-    vocab_size: int = Field(default=2048, ge=300)  # the model's own BPE, trained on the generated traces
+    optical: int = Field(default=80, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
+    sar: int = Field(default=60, ge=4, le=1000)  # synthetic SAR scenes
+    vocab_size: int = Field(default=1536, ge=300)  # the model's own BPE, trained on the generated traces
     model: TinyModelConfig = TinyModelConfig(
         image_size=32,
         patch_size=8,
-        vision_hidden=64,
+        vision_hidden=48,
         vision_layers=2,
         vision_heads=2,
-        text_hidden=128,
-        text_layers=4,
+        text_hidden=96,
+        text_layers=3,
         text_heads=4,
         text_kv_heads=4,
-        text_intermediate=384,
+        text_intermediate=256,
         max_position_embeddings=512,
     )
     max_length: int = 512  # tokens per training sample (longer ones are skipped and counted by train.py)
     batch_size: int = Field(default=16, ge=1)
-    stage1_epochs: int = Field(default=5, ge=1)
+    stage1_epochs: int = Field(default=4, ge=1)
     stage1_lr: float = 2e-3
-    stage2_epochs: int = Field(default=4, ge=1)
+    stage2_epochs: int = Field(default=3, ge=1)
     stage2_lr: float = 1e-3
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
     eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
@@ -57,7 +57,7 @@ class DemoSettings(StrictConfig):
             text_layers=2, text_heads=4, text_kv_heads=4, text_intermediate=128, max_position_embeddings=512,
         )  # fmt: skip
         return cls(seed=seed, optical=8, sar=8, vocab_size=600, model=small, stage1_epochs=1, stage2_epochs=1,
-                   eval_cases=18, max_new_tokens=48)  # fmt: skip
+                   eval_cases=27, max_new_tokens=48)  # fmt: skip
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from geopilot.config import StrictConfig, load_config
+from geopilot.errors import ConfigError
 from geopilot.model import ModelConfig
 
 
@@ -70,6 +71,20 @@ class LoraSettings(StrictConfig):
 class EngineConfig(StrictConfig):
     deepspeed: str | None = None  # a DeepSpeed JSON (configs/deepspeed/*.json); None = DDP through accelerate
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl with CUDA, gloo on CPU
+
+    @field_validator("deepspeed")
+    @classmethod
+    def _no_optimizer_or_scheduler(cls, path: str | None) -> str | None:
+        """A JSON with an optimizer/scheduler section is refused when the config loads (a missing file is reported
+        when training starts, as before, since the path is relative to where train.py runs)."""
+        if path and Path(path).is_file():
+            from geopilot.training.deepspeed_config import read_deepspeed_json
+
+            try:
+                read_deepspeed_json(path)
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
+        return path
 
 
 class CheckpointConfig(StrictConfig):

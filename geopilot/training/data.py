@@ -151,6 +151,8 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int, cfg: Data
         }
     )
     dataset = datasets.Dataset.from_dict(columns, features=features)
+    if len(dataset) == 0:  # no valid sample in this file: nothing to cache (`datasets` cannot reload zero shards)
+        return dataset, load_report
     cache_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=cache_root))
     dataset.save_to_disk(str(staging / "dataset"))
@@ -185,6 +187,11 @@ def build_training_data(
         if load_report["bad_lines"]:
             skipped["bad_line"] += load_report["bad_lines"]
             examples += [f"{file}: {e}" for e in load_report["errors"]]
+    if loaded == 0:  # empty, blank-only or all-bad files: say so, before `datasets` fails on zero rows
+        raise TrainingDataError(
+            f"no training samples in {', '.join(cfg.files)}: the files hold no valid sample "
+            f"({skipped['bad_line']} bad line(s){'; first: ' + examples[0] if examples else ''})"
+        )
     rows = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
     keep, seen = [], set()

@@ -85,7 +85,21 @@ def read_deepspeed_json(path: str | Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be an object")
+    refuse_engine_sections(data, str(path))
     return data
+
+
+# Sections GeoPilot fills itself: AdamW and the warmup + cosine schedule come from `optim.*`, built before
+# accelerate wraps them; a DeepSpeed optimizer or scheduler would replace them behind the config's back.
+OWNED_SECTIONS = {"optimizer": "optim.lr / optim.weight_decay", "scheduler": "optim.warmup_ratio (cosine schedule)"}
+
+
+def refuse_engine_sections(data: dict, source: str) -> None:
+    """Refuse `optimizer` / `scheduler` sections (at config load, before any process starts)."""
+    present = [key for key in OWNED_SECTIONS if key in data]
+    if present:
+        where = "; ".join(f"{key!r} is set by {OWNED_SECTIONS[key]}" for key in present)
+        raise ConfigError(f"{source}: remove the {' and '.join(repr(k) for k in present)} section(s): {where}")
 
 
 def resolve_auto(

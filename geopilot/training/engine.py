@@ -86,6 +86,15 @@ def deepspeed_settings(cfg: TrainConfig, world_size: int) -> dict | None:
     return resolved
 
 
+def require_distributed_launch(ds_config: dict | None) -> None:
+    """DeepSpeed starts no process group of its own: even one process must come from torchrun (or deepspeed)."""
+    if ds_config is not None and "RANK" not in os.environ:
+        raise ConfigError(
+            "engine.deepspeed needs a distributed launch, even for one process; run "
+            "`torchrun --nproc_per_node 1 train.py <the same arguments>` (or drop engine.deepspeed for one process)"
+        )
+
+
 def make_accelerator(cfg: TrainConfig, ds_config: dict | None, world_size: int):
     """DeepSpeed plugin when configured; otherwise DDP (or one process). gloo on CPU in both cases."""
     import torch

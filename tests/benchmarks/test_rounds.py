@@ -19,6 +19,9 @@ def chat_round(**changes) -> dict:
         "tool_time_s": 0.05,
         "think_turn_s": 1.2,
         "answer_turn_s": 1.5,
+        "quote_answer_lookup_s": 0.9,
+        "quote_answer_reuse_s": 1.3,
+        "quote_answer_reprefill_s": 2.5,
         **changes,
     }
     r["answer_turn_speedup"] = r["answer_turn_reprefill_s"] / r["answer_turn_reuse_s"]
@@ -27,6 +30,8 @@ def chat_round(**changes) -> dict:
     r["overhead_over_answer_turn"] = r["tool_overhead_s"] / r["answer_turn_s"]
     r["overhead_per_plan_token_over_answer_per_token"] = (r["tool_overhead_s"] / 53) / (r["answer_turn_s"] / 43)
     r["tool_overhead_without_reuse_s"] = r["tool_overhead_s"] + 0.7
+    r["quote_answer_speedup"] = r["quote_answer_reprefill_s"] / r["quote_answer_lookup_s"]
+    r["quote_lookup_gain"] = r["quote_answer_reuse_s"] / r["quote_answer_lookup_s"]
     return r
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from geopilot.tool_protocol import ToolRegistry
-from serving.helpers import Detector, HangingTool, ScriptSession
+from serving.helpers import Detector, HangingTool, ScriptSession, SlowTool
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def scripted_pilot(tiny):
     from geopilot.agent import GeoPilot
 
     def make(delay_s: float = 0.0, tool_timeout_s: float = 5.0):
-        registry = ToolRegistry([Detector(), HangingTool()], timeout_s=tool_timeout_s)
+        registry = ToolRegistry([Detector(), HangingTool(), SlowTool()], timeout_s=tool_timeout_s)
         factory = lambda prompts, pixels, options: ScriptSession(tiny[1].tokenizer, prompts, delay_s)  # noqa: E731
         return GeoPilot(tiny[0], tiny[1], registry, session_factory=factory, tool_timeout_s=tool_timeout_s)
 

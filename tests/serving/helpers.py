@@ -46,6 +46,14 @@ class HangingTool:
         return ToolOutput()
 
 
+class SlowTool:
+    name, description, modality, params_model = "segment_semantic", "takes a while", "optical", NoParams
+
+    def run(self, image, params):
+        time.sleep(0.6)
+        return ToolOutput()
+
+
 def plan(tool: str, params: dict) -> str:
     return assistant_json(AssistantMessage(reasoning="Counting needs the detector.", actions=[Action(tool=tool, params=params)]))
 
@@ -55,8 +63,8 @@ def answer(value: str) -> str:
 
 
 class ScriptSession:
-    """Stands in for KVSession: a question containing TOOL gets a detector plan, HANG the hanging tool, anything
-    else a direct answer; the answer turn after tools quotes the count. Streams in 4-character pieces."""
+    """Stands in for KVSession: a question containing TOOL gets a detector plan, SLOW the slow tool, HANG the
+    hanging tool, anything else a direct answer; the answer turn after tools quotes the count. Streams in 4-character pieces."""
 
     encode_seconds = 0.0
 
@@ -65,12 +73,14 @@ class ScriptSession:
         self.questions = [tokenizer.decode(p) for p in prompts]
         self.turn = [0] * len(prompts)
 
-    def generate(self, rows, tails=None, stream=None):
+    def generate(self, rows, tails=None, stream=None, max_new_tokens=None):
         time.sleep(self.delay_s)
         turns = []
         for row in rows:
             question = self.questions[row]
-            if self.turn[row] == 0 and "HANG" in question:
+            if self.turn[row] == 0 and "SLOW" in question:
+                text = plan("segment_semantic", {})
+            elif self.turn[row] == 0 and "HANG" in question:
                 text = plan("extract_roads", {})
             elif self.turn[row] == 0 and "TOOL" in question:
                 text = plan("detect_objects", {"categories": ["plane"]})

@@ -1,0 +1,164 @@
+"""`geopilot demo`: the out-folder rules (refuse, reuse, resume), the disk check, the held-out subset, the routing
+metric (fast), and the whole `--quick` recipe end to end, twice with one seed, with an interruption (slow)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from geopilot.cli import main
+from geopilot.demo import pipeline
+from geopilot.demo.run import check_disk, check_out_dir, read_results, run_demo
+from geopilot.demo.settings import PHASES, DemoSettings, Layout
+from geopilot.errors import GeoPilotInputError
+from geopilot.eval.cases import Case
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _start(layout: Layout, settings: DemoSettings) -> None:
+    layout.out.mkdir(parents=True, exist_ok=True)
+    record = {"fingerprint": settings.fingerprint(), "settings": settings.model_dump(mode="json")}
+    layout.settings.write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_a_fresh_or_empty_folder_is_accepted(tmp_path):
+    settings = DemoSettings.preset(quick=True)
+    assert check_out_dir(Layout(tmp_path / "new"), settings) is False
+    (tmp_path / "empty").mkdir()
+    assert check_out_dir(Layout(tmp_path / "empty"), settings) is False
+
+
+def test_a_folder_that_is_not_a_demo_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(GeoPilotInputError, match="holds no demo run"):
+        check_out_dir(Layout(tmp_path), DemoSettings.preset(quick=True))
+    with pytest.raises(GeoPilotInputError, match="not a folder"):
+        check_out_dir(Layout(tmp_path / "notes.txt"), DemoSettings.preset(quick=True))
+
+
+def test_other_settings_are_refused_never_mixed(tmp_path):
+    layout = Layout(tmp_path)
+    _start(layout, DemoSettings.preset(quick=True, seed=0))
+    with pytest.raises(GeoPilotInputError, match="other settings .*seed"):
+        check_out_dir(layout, DemoSettings.preset(quick=True, seed=1))
+    with pytest.raises(GeoPilotInputError, match="other settings"):
+        check_out_dir(layout, DemoSettings.preset(quick=False, seed=0))
+
+
+def test_same_settings_resume_and_a_finished_run_is_reused(tmp_path):
+    layout, settings = Layout(tmp_path), DemoSettings.preset(quick=True)
+    _start(layout, settings)
+    assert check_out_dir(layout, settings) is False  # started, not finished: resume
+    for phase in PHASES:
+        pipeline._json(layout.marker(phase), {"result": {"report": "x"}, "seconds": 1.0})
+    assert check_out_dir(layout, settings) is True
+    assert run_demo(tmp_path, settings) == layout.report  # reused: nothing runs
+
+
+def test_too_little_disk_space_is_a_clear_error(tmp_path):
+    with pytest.raises(GeoPilotInputError, match="not enough free disk space"):
+        check_disk(tmp_path / "not" / "yet", needed=shutil.disk_usage(tmp_path).free * 1000)
+    check_disk(tmp_path / "not" / "yet", needed=1)
+
+
+def test_cli_bad_out_exits_2(tmp_path, capsys):
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert main(["demo", "--out", str(tmp_path / "file"), "--quick"]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_held_out_subset_keeps_the_planning_set_proportions():
+    from geopilot.eval.planning_set import PLANNING_FILE
+
+    cases = [json.loads(line) for line in PLANNING_FILE.read_text(encoding="utf-8").splitlines()]
+    subset = pipeline.held_out_subset(cases, 100)
+    assert len(subset) == 100 and len({c["id"] for c in subset}) == 100
+    assert Counter(c["category"] for c in subset) == {k: v // 5 for k, v in Counter(c["category"] for c in cases).items()}
+    difficulties = Counter(c["difficulty"] for c in subset)
+    assert abs(difficulties["easy"] - 40) <= 3 and abs(difficulties["medium"] - 40) <= 3
+    assert abs(difficulties["hard"] - 20) <= 3
+    assert abs(sum(c["modality"] == "sar" for c in subset) - 14) <= 3  # 70 of 500
+    assert pipeline.held_out_subset(cases, 500) == cases
+
+
+def _case(case_id: str, modality: str, tools: list[str]) -> Case:
+    return Case(id=case_id, query="q", image=None, modality=modality, category="c", difficulty="easy",
+                expected_tools=tools, max_rounds=1)  # fmt: skip
+
+
+def test_routing_counts_the_modality_of_detection_and_grounding_calls():
+    cases = {
+        "a": _case("a", "sar", ["sar_detect_all"]),
+        "b": _case("b", "sar", ["sar_ground"]),
+        "c": _case("c", "optical", ["ground"]),
+        "d": _case("d", "optical", ["segment_semantic"]),  # not a detection/grounding case: not counted
+    }
+    calls = {"a": ["sar_detect_all"], "b": ["ground"], "c": ["ground", "sar_ground"], "d": ["detect_all"]}
+    rows = [{"case_id": k, "run": {"calls": [{"tool": t} for t in v]}} for k, v in calls.items()]
+    assert pipeline.routing(rows, cases) == {
+        "accuracy": pytest.approx(1 / 3), "correct": {"optical": 0, "sar": 1}, "total": {"optical": 1, "sar": 2},
+    }  # fmt: skip
+
+
+def test_the_stage_configs_are_valid_train_configs(tmp_path):
+    from geopilot.training.config import TrainConfig
+
+    layout, settings = Layout(tmp_path), DemoSettings()
+    one = TrainConfig.model_validate(pipeline.train_config(layout, settings, 1))
+    two = TrainConfig.model_validate(pipeline.train_config(layout, settings, 2))
+    assert one.freeze.vision_tower is False and one.model.tokenizer_path == str(layout.tokenizer)
+    assert two.data.alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
+
+
+def test_the_generate_config_reads_the_synthetic_roots_under_the_out_folder(tmp_path):
+    config = pipeline.generate_config(Layout(tmp_path), DemoSettings(seed=3))
+    assert config.backend.kind == "template" and config.seed == 3
+    assert {s.root.parent for s in config.sources} == {tmp_path / "data" / "synth"}
+    abilities = {a for s in config.sources for a in s.abilities}
+    assert {"instance_segmentation", "general_understanding", "semantic_segmentation"} <= abilities
+
+
+@pytest.mark.slow
+def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
+    from geopilot import GeoPilot
+
+    settings = DemoSettings.preset(quick=True)
+    first = tmp_path / "first"
+    report = run_demo(first, settings)
+    text = report.read_text(encoding="utf-8")
+    for picture in ("plots/loss.png", "plots/tsa_by_tool.png", "plots/opa_by_difficulty.png", "chats/optical.png",
+                    "chats/sar.png"):  # fmt: skip
+        assert f"({picture})" in text and (first / picture).stat().st_size > 1000
+    result = GeoPilot.from_pretrained(first / "model", device="cpu").chat(
+        str(first / "data/synth/DOTA/train/images/P0000.png"), "How many planes are there?",
+        generation={"max_new_tokens": 8},
+    )  # fmt: skip
+    assert isinstance(result.answer, str)
+    metrics = read_results(Layout(first))["evaluate"]
+
+    # configs/tiny/stage*.yaml train as written on the demo's data (runs/demo/data/... from the working directory)
+    work = tmp_path / "clone"
+    (work / "runs").mkdir(parents=True)
+    (work / "runs" / "demo").symlink_to(first)
+    for stage in (1, 2):
+        done = subprocess.run([sys.executable, str(REPO / "train.py"), "--config", str(REPO / f"configs/tiny/stage{stage}.yaml")],
+                              cwd=work, capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert (work / "runs/tiny/stage2/export/config.json").is_file()
+
+    # Ctrl-C in a late phase: what finished stays finished, the next run resumes there with the same result.
+    second = tmp_path / "second"
+    monkeypatch.setattr(pipeline, "run_chats", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(second, settings)
+    assert Layout(second).marker("evaluate").is_file() and not Layout(second).marker("chats").is_file()
+    monkeypatch.undo()
+    run_demo(second, settings)
+    assert read_results(Layout(second))["evaluate"] == metrics  # same seed, same metrics
