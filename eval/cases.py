@@ -11,13 +11,13 @@ by default); everything else is required. A bad line is rejected with its line n
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, describe_validation_error
+from geopilot.fileio import parse_json_object
 
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
@@ -120,13 +120,6 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _problem(err: ValidationError) -> str:
-    first = err.errors()[0]
-    field = ".".join(str(part) for part in first["loc"])
-    message = "missing" if first["type"] == "missing" else first["msg"]
-    return f"field {field!r}: {message}" if field else message
-
-
 def load_cases(path: str | Path, check_images: bool = True) -> CaseSet:
     """Read and validate a case file; raises GeoPilotInputError naming the line, the case id and the field."""
     path = Path(path)
@@ -138,19 +131,14 @@ def load_cases(path: str | Path, check_images: bool = True) -> CaseSet:
         if not line.strip():
             continue
         where = f"{path.name} line {number}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise GeoPilotInputError(f"{where}: not JSON ({err.msg})") from None
-        if not isinstance(raw, dict):
-            raise GeoPilotInputError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        raw = parse_json_object(line, where)
         case_id = raw.get("id")
         if case_id is not None:
             where += f", case {case_id!r}"
         try:
             case = Case.model_validate(raw)
         except ValidationError as err:
-            raise GeoPilotInputError(f"{where}: {_problem(err)}") from None
+            raise GeoPilotInputError(describe_validation_error(err, where)) from None
         if case.id in seen:
             raise GeoPilotInputError(f"{where}: duplicate id (first on line {seen[case.id]})")
         seen[case.id] = number

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.fileio import parse_json_object
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,11 +80,8 @@ def _read_jsonl(path: str, what: str) -> list[dict]:
     for number, line in enumerate(file.read_text(encoding="utf-8-sig").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise GeoPilotInputError(f"{file}:{number}: not JSON ({err.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)):
+        row = parse_json_object(line, f"{file}:{number}")
+        if not isinstance(row.get("id"), (str, int)):
             raise GeoPilotInputError(f"{file}:{number}: expected an object with an 'id'")
         rows.append(row)
     return rows

@@ -30,12 +30,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, computed_field
 
-from geopilot.errors import GeoPilotError, GeoPilotInputError
+from geopilot.errors import GeoPilotError, GeoPilotInputError, describe_validation_error
 from geopilot.generation import AnswerExtractor, GenerationOptions, KVSession, Turn
 from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage, infer_modality, load_image
 from geopilot.plan_parser import PlanParseError, parse_plan
 from geopilot.sample import (
     IMAGE_PLACEHOLDER,
+    MESSAGE_ROLES,
     Action,
     AssistantMessage,
     Message,
@@ -578,9 +579,8 @@ def _request(item: ChatRequest | dict, index: int | None = None) -> ChatRequest:
     try:
         return ChatRequest.model_validate(item)
     except ValidationError as err:
-        problem = err.errors()[0]
-        where = ("" if index is None else f"requests.{index}.") + ".".join(map(str, problem["loc"]))
-        raise GeoPilotInputError(f"{where}: {problem['msg']}") from None
+        where = "" if index is None else f"requests.{index}"
+        raise GeoPilotInputError(describe_validation_error(err, under=where)) from None
 
 
 def _check_history(history: list | None) -> list:
@@ -592,9 +592,7 @@ def _check_history(history: list | None) -> list:
     try:
         messages = _HISTORY.validate_python(history)
     except ValidationError as err:
-        problem = err.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"] if p not in ("user", "assistant", "tool"))
-        raise GeoPilotInputError(f"history.{where}: {problem['msg']}") from None
+        raise GeoPilotInputError(describe_validation_error(err, under="history", union_tags=MESSAGE_ROLES)) from None
     try:
         check_dialogue(messages, has_image=True)
     except ValueError as err:

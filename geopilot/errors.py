@@ -5,6 +5,7 @@ Entry points map GeoPilotInputError to exit code 2.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -52,14 +53,40 @@ class WeightsError(GeoPilotInputError):
     """Weights that are missing, unsafe (pickled code) or do not match the architecture."""
 
 
-def describe_validation_error(err: ValidationError, source: str | None = None, unknown_key: str = UNKNOWN_KEY) -> str:
-    """Every problem of a pydantic error on one line, each naming its dotted key: `source: train.lr: Input should be
-    a valid number; data.alpha: ...`. An extra (forbidden) key reads `unknown_key`; pydantic's "Value error, " prefix
-    (a validator's own message) is dropped. The config loader, tool params and data_gen replies all use this."""
-    parts = []
+def validation_problems(
+    err: ValidationError, unknown_key: str = UNKNOWN_KEY, under: str = "", union_tags: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """Each problem of a pydantic error as (dotted key, message): what `describe_validation_error` joins, for a caller
+    that also reports the first key on its own (a `SampleError`'s `field`).
+
+    An extra (forbidden) key reads `unknown_key`; pydantic's "Value error, " prefix (a validator's own message) is
+    dropped. `under` is the key the validated data sits under (`requests.3`), put before every key. `union_tags` are
+    the tags of a discriminated union (`user`, `assistant`, `tool`): pydantic names the member it tried right after the
+    item's index (`messages.2.assistant.actions`); that tag is left out, so the key reads as the input spells it."""
+    problems = []
     for problem in err.errors():
-        key = ".".join(str(part) for part in problem["loc"])
+        loc = list(problem["loc"])
+        tag = next((i for i in range(1, len(loc)) if loc[i] in union_tags and isinstance(loc[i - 1], int)), None)
+        if tag is not None:
+            del loc[tag]
+        key = ".".join(str(part) for part in ([under] if under else []) + loc)
         message = unknown_key if problem["type"] == "extra_forbidden" else problem["msg"].removeprefix("Value error, ")
-        parts.append(f"{key}: {message}" if key else message)
-    text = "; ".join(parts)
+        problems.append((key, message))
+    return problems
+
+
+def describe_validation_error(
+    err: ValidationError,
+    source: str | None = None,
+    unknown_key: str = UNKNOWN_KEY,
+    under: str = "",
+    union_tags: Collection[str] = (),
+) -> str:
+    """Every problem of a pydantic error on one line, each naming its dotted key: `source: train.lr: Input should be
+    a valid number; data.alpha: ...` (the keys and messages of `validation_problems`). The config loader, tool params,
+    tool options, data_gen replies, chat requests and histories, case files and plans all use this."""
+    text = "; ".join(
+        f"{key}: {message}" if key else message
+        for key, message in validation_problems(err, unknown_key, under, union_tags)
+    )
     return f"{source}: {text}" if source else text

@@ -1,4 +1,6 @@
-"""Durable small-file writes: the one atomic-write helper (checkpoints, generation shards, reports, caches).
+"""Durable small-file writes: the one atomic-write helper (checkpoints, generation shards, reports, caches), and
+the two ways JSON objects are read back: strictly from user input (`parse_json_object`), leniently from a log we wrote
+(`read_json_log`).
 
 `atomic_write` writes a sibling temp file (hidden, named with the process id so concurrent writers never share
 one), fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the folder, so after a crash a reader
@@ -11,6 +13,8 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from geopilot.errors import GeoPilotInputError
 
 
 def fsync_path(path: str | Path) -> None:
@@ -34,6 +38,18 @@ def atomic_write(path: str | Path, text: str) -> None:
     finally:
         staging.unlink(missing_ok=True)  # only still there when writing or renaming failed
     fsync_path(path.parent)
+
+
+def parse_json_object(text: str, where: str) -> dict:
+    """One JSON object given by the user (a JSONL line, a `--params` value), or a one-line `GeoPilotInputError`
+    that starts with `where`: `cases.jsonl line 3: not JSON (Expecting value)`."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise GeoPilotInputError(f"{where}: not JSON ({err.msg})") from None
+    if not isinstance(value, dict):
+        raise GeoPilotInputError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def read_json_log(path: str | Path) -> Iterator[dict]:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from geopilot.errors import describe_validation_error
 from geopilot.sample import Action, AssistantMessage
 
 MAX_PLAN_CHARS = 50_000  # longer text is not a plan (and would make the recovery slow)
@@ -150,4 +151,4 @@ def plan_from_object(obj: dict) -> AssistantMessage:
     try:
         return AssistantMessage(reasoning=reasoning, actions=parsed_actions, value=value)
     except ValidationError as err:  # defensive: the checks above cover the schema
-        raise PlanParseError(f"not a plan: {err.errors()[0]['msg']}") from None
+        raise PlanParseError(f"not a plan: {describe_validation_error(err)}") from None

@@ -15,7 +15,9 @@ from geopilot.sample import Modality
 
 @dataclass(frozen=True)
 class ObjectAnnotation:
-    label: str  # class name in the source's own vocabulary, lower case with spaces ("small vehicle")
+    # canonical class name (geopilot/vocabulary.py: DOTA "small-vehicle" -> "small vehicle"); a name in no
+    # vocabulary is kept verbatim (`is_known_class` False) and counted in the generation report
+    label: str
     box: tuple[float, float, float, float]  # axis-aligned [x1, y1, x2, y2], normalised
     polygon: tuple[tuple[float, float], ...] | None = None  # oriented box / outline, normalised, >= 3 points
     mask: dict | None = None  # COCO RLE {"size": [h, w], "counts": str}

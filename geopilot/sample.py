@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from geopilot.errors import SampleError
+from geopilot.errors import SampleError, validation_problems
 from geopilot.tool_output import ToolOutput
 
 IMAGE_PLACEHOLDER = "<image>"  # where the image goes in a user turn; also the token the tokenizer adds
@@ -54,6 +54,7 @@ class ToolMessage(_Strict):
 
 
 Message = Annotated[UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+MESSAGE_ROLES = ("user", "assistant", "tool")  # the tags of the Message union
 
 
 class Sample(_Strict):
@@ -120,16 +121,6 @@ def check_dialogue(messages: list, has_image: bool) -> None:
         raise ValueError(f"messages.{len(messages) - 1}: a dialogue ends with an answer turn (actions [] and a value)")
 
 
-def _first_problem(err: ValidationError) -> tuple[str, str]:
-    problem = err.errors()[0]
-    loc = ".".join(str(part) for part in problem["loc"])
-    message = problem["msg"].removeprefix("Value error, ")
-    # pydantic puts union members in the path (`messages.2.assistant.actions`); keep the user's field names.
-    for tag in (".user", ".assistant", ".tool"):
-        loc = loc.replace(tag + ".", ".").removesuffix(tag)
-    return loc, message
-
-
 def parse_sample(data: Any, line: int | None = None) -> Sample:
     sample_id = data.get("id") if isinstance(data, dict) else None
     if not isinstance(data, dict):
@@ -137,7 +128,7 @@ def parse_sample(data: Any, line: int | None = None) -> Sample:
     try:
         return Sample.model_validate(data)
     except ValidationError as err:
-        field_name, message = _first_problem(err)
+        field_name, message = validation_problems(err, union_tags=MESSAGE_ROLES)[0]
         raise SampleError(
             message, sample_id=sample_id if isinstance(sample_id, str) else None, line=line, field=field_name or None
         ) from None

@@ -171,7 +171,8 @@ class ToolRegistry:
         except _TimedOut as err:
             result.error, result.error_kind = str(err), "timeout"
         except ValidationError as err:  # a backend built an out-of-range box, an empty label, ...
-            result.error, result.error_kind = f"tool {tool.name!r} produced an invalid output: {err}", "invalid_output"
+            result.error = f"tool {tool.name!r} produced an invalid output: {describe_validation_error(err)}"
+            result.error_kind = "invalid_output"
         except _ToolFailed as err:
             result.error, result.error_kind = str(err), err.kind
         except Exception as err:  # noqa: BLE001 - a tool's failure is data for the model, not a crash
@@ -198,7 +199,8 @@ class ToolRegistry:
                 data_model.model_validate(result.output.data)
         except ValidationError as err:
             result.output = None
-            result.error, result.error_kind = f"tool {name!r} produced an invalid output: {err}", "invalid_output"
+            result.error = f"tool {name!r} produced an invalid output: {describe_validation_error(err)}"
+            result.error_kind = "invalid_output"
 
 
 def _data_model(tool: Tool) -> type[BaseModel] | None:
@@ -259,7 +261,8 @@ def _child_main(tool: Tool, image: LoadedImage | None, params: BaseModel, conn) 
     try:
         message = ("ok", tool.run(image, params))
     except ValidationError as err:
-        message = ("error", "invalid_output", f"tool {tool.name!r} produced an invalid output: {err}")
+        problem = describe_validation_error(err)
+        message = ("error", "invalid_output", f"tool {tool.name!r} produced an invalid output: {problem}")
     except BaseException as err:  # noqa: BLE001 - reported to the parent as the call's failure
         message = ("error", "tool_error", f"tool {tool.name!r} failed: {type(err).__name__}: {err}")
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
+from geopilot.fileio import parse_json_object
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,16 +67,6 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_params(text: str) -> dict:
-    try:
-        params = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise GeoPilotInputError(f"--params is not valid JSON: {err}") from None
-    if not isinstance(params, dict):
-        raise GeoPilotInputError(f"--params must be a JSON object, got {type(params).__name__}")
-    return params
-
-
 def _run(args: argparse.Namespace) -> int:
     from geopilot.image import load_image
     from geopilot.sample import Action
@@ -83,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     from geopilot.tool_protocol import ToolCallError
     from geopilot.tools.registry import build_registry, load_tools_config
 
-    params = _parse_params(args.params)
+    params = parse_json_object(args.params, "--params")
     action = Action(tool=args.tool, params=params)
     if args.catalog:
         from geopilot.tools.indicators.tools import build_indicator_registry

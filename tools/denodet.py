@@ -26,7 +26,6 @@ its order, as canonical names from `geopilot.vocabulary`.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from geopilot.tool_output import Detection
 from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import DenoDetOptions
 from geopilot.tools.canonical import pixel_box
+from geopilot.tools.keymap import KeyRenames
 from geopilot.vocabulary import canonical_class, dataset_classes
 
 BACKEND = "denodet"
@@ -272,42 +272,42 @@ def decode_gfl(
     return Decoded(boxes[keep], scores[keep], labels[keep])
 
 
-# Upstream (mmdet GFL) key -> our key. The inverse-DCT buffers are the transposes of the DCT ones and the integral
-# projection is linspace(0, 16, 17); both are rebuilt here, so those keys are dropped.
-_KEY_MAP: list[tuple[str, str]] = [
-    (r"^neck\.lateral_convs\.(\d)\.conv\.", r"neck.lateral_convs.\1."),
-    (r"^neck\.fpn_convs\.([012])\.conv\.", r"neck.fpn_convs.\1."),
-    (r"^neck\.fpn_convs\.3\.conv\.", "neck.extra_convs.0."),
-    (r"^neck\.fpn_convs\.4\.conv\.", "neck.extra_convs.1."),
-    (r"^neck\.DCTDenoAttention(\d)\.0\.dct_y\.weight$", r"neck.trans_deno.\1.dct_h"),
-    (r"^neck\.DCTDenoAttention(\d)\.0\.dct_x\.weight$", r"neck.trans_deno.\1.dct_w"),
-    (
-        r"^neck\.DCTDenoAttention(\d)\.1\.fc([1-4])\.0\.",
-        lambda m: f"neck.trans_deno.{m[1]}.attention.excite.{int(m[2]) - 1}.",
-    ),
-    (
-        r"^neck\.DCTDenoAttention(\d)\.1\.fc([5-8])\.0\.",
-        lambda m: f"neck.trans_deno.{m[1]}.attention.gate.{int(m[2]) - 5}.",
-    ),
-    (r"^neck\.DCTDenoAttention(\d)\.1\.select1\.weight$", r"neck.trans_deno.\1.attention.select_excite.offsets.weight"),
-    (r"^neck\.DCTDenoAttention(\d)\.1\.select2\.weight$", r"neck.trans_deno.\1.attention.select_gate.offsets.weight"),
-    (r"^bbox_head\.(cls|reg)_convs\.(\d)\.conv\.", r"head.\1_convs.\2.0."),
-    (r"^bbox_head\.(cls|reg)_convs\.(\d)\.gn\.", r"head.\1_convs.\2.1."),
-    (r"^bbox_head\.gfl_cls\.", "head.cls_out."),
-    (r"^bbox_head\.gfl_reg\.", "head.reg_out."),
-    (r"^bbox_head\.scales\.(\d)\.scale$", r"head.scales.\1"),
-]
-_DROPPED = re.compile(r"^neck\.DCTDenoAttention\d\.2\.idct_[xy]\.weight$|^bbox_head\.integral\.project$")
-
-
-def upstream_key_to_ours(key: str) -> str | None:
-    if _DROPPED.match(key):
-        return None
-    for pattern, replacement in _KEY_MAP:
-        key, hits = re.subn(pattern, replacement, key)
-        if hits:
-            return key
-    return key  # backbone.* is torchvision's naming already
+# Upstream (mmdet GFL) key -> our key (`geopilot.tools.keymap`; backbone.* is torchvision's naming already). The
+# inverse-DCT buffers are the transposes of the DCT ones and the integral projection is linspace(0, 16, 17); both are
+# rebuilt here, so those keys are dropped.
+upstream_key_to_ours = KeyRenames(
+    [
+        (r"neck\.DCTDenoAttention\d\.2\.idct_[xy]\.weight$", None),
+        (r"bbox_head\.integral\.project$", None),
+        (r"neck\.lateral_convs\.(\d)\.conv\.", r"neck.lateral_convs.\1."),
+        (r"neck\.fpn_convs\.([012])\.conv\.", r"neck.fpn_convs.\1."),
+        (r"neck\.fpn_convs\.3\.conv\.", "neck.extra_convs.0."),
+        (r"neck\.fpn_convs\.4\.conv\.", "neck.extra_convs.1."),
+        (r"neck\.DCTDenoAttention(\d)\.0\.dct_y\.weight$", r"neck.trans_deno.\1.dct_h"),
+        (r"neck\.DCTDenoAttention(\d)\.0\.dct_x\.weight$", r"neck.trans_deno.\1.dct_w"),
+        (
+            r"neck\.DCTDenoAttention(\d)\.1\.fc([1-4])\.0\.",
+            lambda m: f"neck.trans_deno.{m[1]}.attention.excite.{int(m[2]) - 1}.",
+        ),
+        (
+            r"neck\.DCTDenoAttention(\d)\.1\.fc([5-8])\.0\.",
+            lambda m: f"neck.trans_deno.{m[1]}.attention.gate.{int(m[2]) - 5}.",
+        ),
+        (
+            r"neck\.DCTDenoAttention(\d)\.1\.select1\.weight$",
+            r"neck.trans_deno.\1.attention.select_excite.offsets.weight",
+        ),
+        (
+            r"neck\.DCTDenoAttention(\d)\.1\.select2\.weight$",
+            r"neck.trans_deno.\1.attention.select_gate.offsets.weight",
+        ),
+        (r"bbox_head\.(cls|reg)_convs\.(\d)\.conv\.", r"head.\1_convs.\2.0."),
+        (r"bbox_head\.(cls|reg)_convs\.(\d)\.gn\.", r"head.\1_convs.\2.1."),
+        (r"bbox_head\.gfl_cls\.", "head.cls_out."),
+        (r"bbox_head\.gfl_reg\.", "head.reg_out."),
+        (r"bbox_head\.scales\.(\d)\.scale$", r"head.scales.\1"),
+    ]
+)
 
 
 def is_upstream_state_dict(state: dict[str, torch.Tensor]) -> bool:

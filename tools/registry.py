@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from geopilot.artifacts import artifacts_dir as resolve_artifacts_dir
 from geopilot.config import StrictConfig, describe_validation_error, load_config
@@ -74,22 +75,29 @@ class ToolsConfig(StrictConfig):
         unknown = sorted(set(self.tools) - set(TASKS_BY_NAME))
         missing = [name for name in TASKS_BY_NAME if name not in self.tools]
         if unknown:
-            raise ValueError(f"unknown tools {unknown}; the task-level tools are {list(TASKS_BY_NAME)}")
+            raise _config_problem(f"unknown tools {unknown}; the task-level tools are {list(TASKS_BY_NAME)}")
         if missing:
-            raise ValueError(f"no binding for tools {missing}")
+            raise _config_problem(f"no binding for tools {missing}")
         for name, binding in self.tools.items():
             spec = BACKENDS.get(binding.backend)
             if spec is None:
-                raise ValueError(f"tools.{name}.backend: unknown backend {binding.backend!r}; known: {list(BACKENDS)}")
+                raise _config_problem(
+                    f"tools.{name}.backend: unknown backend {binding.backend!r}; known: {list(BACKENDS)}"
+                )
             if name not in spec.tasks:
-                raise ValueError(
+                raise _config_problem(
                     f"tools.{name}.backend: {binding.backend!r} cannot serve {name!r} (it serves {sorted(spec.tasks)})"
                 )
             try:  # typed options (a misspelt key fails here, when the config loads, not at the first call)
-                spec.options_model.model_validate(binding.options)
-            except ValidationError as err:
-                raise ValueError(describe_validation_error(err, f"tools.{name}.options")) from None
+                backend_options(name, binding)
+            except ConfigError as err:
+                raise _config_problem(str(err)) from None
         return self
+
+
+def _config_problem(message: str) -> PydanticCustomError:
+    """A tools-config problem whose pydantic message is exactly `message` (no "Value error, " prefix), one line."""
+    return PydanticCustomError("tools_config", "{message}", {"message": message})
 
 
 @dataclass(frozen=True)
@@ -149,14 +157,21 @@ def _model_options(options) -> str:
     return json.dumps(model, sort_keys=True, default=str)
 
 
-# backend name -> what it serves and how it is built.
-BACKENDS: dict[str, BackendSpec] = {
-    "lae_dino": BackendSpec(
-        tasks=frozenset({"detect_objects", "detect_all", "ground", "sar_detect_all", "sar_ground"}),
-        options_model=DetectorOptions,
-        load=_load_lae_dino,
+def _detector(tasks: set[str], options_model: type[StrictConfig], load: Callable[[Path, str, Any], Any]) -> BackendSpec:
+    """A detector backend (LAE-DINO, DenoDet): served through `DetectorAdapter`; its model options decide the load."""
+    return BackendSpec(
+        tasks=frozenset(tasks),
+        options_model=options_model,
+        load=load,
         adapt=lambda model, options, artifacts_dir: DetectorAdapter(model, options),
         load_key=_model_options,
+    )
+
+
+# backend name -> what it serves and how it is built.
+BACKENDS: dict[str, BackendSpec] = {
+    "lae_dino": _detector(
+        {"detect_objects", "detect_all", "ground", "sar_detect_all", "sar_ground"}, DetectorOptions, _load_lae_dino
     ),
     "segearth_ov": BackendSpec(
         tasks=frozenset({"segment_semantic"}),
@@ -189,13 +204,7 @@ BACKENDS: dict[str, BackendSpec] = {
         load_key=lambda options: options.model_dump_json(),
         weights_file=_sam_road_checkpoint,
     ),
-    "denodet": BackendSpec(
-        tasks=frozenset({"sar_detect_all"}),
-        options_model=SarDetectorOptions,
-        load=_load_denodet,
-        adapt=lambda model, options, artifacts_dir: DetectorAdapter(model, options),
-        load_key=_model_options,
-    ),
+    "denodet": _detector({"sar_detect_all"}, SarDetectorOptions, _load_denodet),
 }
 
 
@@ -204,6 +213,7 @@ def load_tools_config(config_path: str | Path | None = None, overrides: list[str
 
 
 def backend_options(name: str, binding: ToolBinding) -> StrictConfig:
+    """The binding's options, typed by its backend; a problem is one line naming `tools.<name>.options.<key>`."""
     try:
         return BACKENDS[binding.backend].options_model.model_validate(binding.options)
     except ValidationError as err:

@@ -24,7 +24,6 @@ Weights: HF `congrui/sam_road` Lightning checkpoints (`cityscale_vitb_512_e10.ck
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import RoadGraph
 from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import SamRoadOptions
+from geopilot.tools.keymap import KeyRenames
 from geopilot.tools.sam_road_graph import (
     PRESETS,
     PatchQuery,
@@ -143,28 +143,21 @@ class SamRoadNet(nn.Module):
         return self.topo_net(points.to(features.dtype), sampled.squeeze(-1).permute(0, 2, 1), pairs, valid)
 
 
-# Upstream key (segment_anything ImageEncoderViT inside the Lightning module) -> transformers SamVisionEncoder key.
-_ENCODER_KEY_MAP: list[tuple[str, str]] = [
-    (r"^image_encoder\.patch_embed\.proj\.", "image_encoder.patch_embed.projection."),
-    (r"^image_encoder\.blocks\.(\d+)\.norm([12])\.", r"image_encoder.layers.\1.layer_norm\2."),
-    (r"^image_encoder\.blocks\.(\d+)\.", r"image_encoder.layers.\1."),
-    (r"^image_encoder\.neck\.0\.", "image_encoder.neck.conv1."),
-    (r"^image_encoder\.neck\.1\.", "image_encoder.neck.layer_norm1."),
-    (r"^image_encoder\.neck\.2\.", "image_encoder.neck.conv2."),
-    (r"^image_encoder\.neck\.3\.", "image_encoder.neck.layer_norm2."),
-]
+# Upstream key (segment_anything ImageEncoderViT inside the Lightning module) -> transformers SamVisionEncoder key
+# (`geopilot.tools.keymap`); SAM's own `pixel_mean`/`pixel_std` buffers are dropped (we hold them ourselves).
+upstream_key_to_ours = KeyRenames(
+    [
+        (r"pixel_(mean|std)$", None),
+        (r"image_encoder\.patch_embed\.proj\.", "image_encoder.patch_embed.projection."),
+        (r"image_encoder\.blocks\.(\d+)\.norm([12])\.", r"image_encoder.layers.\1.layer_norm\2."),
+        (r"image_encoder\.blocks\.(\d+)\.", r"image_encoder.layers.\1."),
+        (r"image_encoder\.neck\.0\.", "image_encoder.neck.conv1."),
+        (r"image_encoder\.neck\.1\.", "image_encoder.neck.layer_norm1."),
+        (r"image_encoder\.neck\.2\.", "image_encoder.neck.conv2."),
+        (r"image_encoder\.neck\.3\.", "image_encoder.neck.layer_norm2."),
+    ]
+)
 _UPSTREAM_PREFIXES = ("image_encoder.", "map_decoder.", "topo_net.")
-
-
-def upstream_key_to_ours(key: str) -> str | None:
-    """Rename one upstream key; SAM's own `pixel_mean`/`pixel_std` buffers are dropped (we hold them ourselves)."""
-    if key in ("pixel_mean", "pixel_std"):
-        return None
-    for pattern, replacement in _ENCODER_KEY_MAP:
-        key, hits = re.subn(pattern, replacement, key)
-        if hits:
-            break
-    return key
 
 
 def is_upstream_state_dict(state: dict[str, torch.Tensor]) -> bool:

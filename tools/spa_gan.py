@@ -15,7 +15,6 @@ I/O contract of the checkpoints: BGR floats in [0, 1], CHW; returns (attention, 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from PIL import Image
 from torch import nn
 
 from geopilot.cancellation import check_cancelled
+from geopilot.tools.keymap import KeyRenames
 from geopilot.tools.weights import load_strict, pick_device, place, read_state_dict, remap_keys
 
 WIDTH = 32
@@ -123,29 +123,29 @@ class SpaNet(nn.Module):
         return attention, self.head(out)
 
 
-# Upstream key -> our key. Upstream nests the generator as `Generator.gen (Sequential) .gen (SPANet)`.
-_KEY_MAP: list[tuple[str, str]] = [
-    (r"^gen\.gen\.", ""),
-    (r"^conv_in\.0\.", "stem."),
-    (r"^conv_out\.0\.", "head."),
-    (r"^res_block(\d+)\.group1\.", lambda m: f"blocks.{int(m.group(1)) - 1}."),
-    (r"^SAM1\.conv_in\.", "attention.unused_conv_in."),
-    (
-        r"^SAM1\.attention_layer\.conv([123])\.",
-        lambda m: f"attention.unused_direction_weights.{2 * (int(m.group(1)) - 1)}.",
-    ),
-    (r"^SAM1\.conv1\.", "attention.proj_in."),
-    (r"^SAM1\.conv2\.", "attention.fuse1."),
-    (r"^SAM1\.conv3\.", "attention.fuse2."),
-    (r"^SAM1\.conv_out\.", "attention.to_map."),
-    (r"^SAM1\.(irnn[12])\.(left|right|up|down)_weight\.", r"attention.\1.\2."),
-]
+# Upstream key -> our key (`geopilot.tools.keymap`), once the `Generator.gen (Sequential) .gen (SPANet)` nesting of
+# upstream's generator is taken off.
+_RENAMES = KeyRenames(
+    [
+        (r"conv_in\.0\.", "stem."),
+        (r"conv_out\.0\.", "head."),
+        (r"res_block(\d+)\.group1\.", lambda m: f"blocks.{int(m.group(1)) - 1}."),
+        (r"SAM1\.conv_in\.", "attention.unused_conv_in."),
+        (
+            r"SAM1\.attention_layer\.conv([123])\.",
+            lambda m: f"attention.unused_direction_weights.{2 * (int(m.group(1)) - 1)}.",
+        ),
+        (r"SAM1\.conv1\.", "attention.proj_in."),
+        (r"SAM1\.conv2\.", "attention.fuse1."),
+        (r"SAM1\.conv3\.", "attention.fuse2."),
+        (r"SAM1\.conv_out\.", "attention.to_map."),
+        (r"SAM1\.(irnn[12])\.(left|right|up|down)_weight\.", r"attention.\1.\2."),
+    ]
+)
 
 
-def upstream_key_to_ours(key: str) -> str:
-    for pattern, replacement in _KEY_MAP:
-        key = re.sub(pattern, replacement, key)
-    return key
+def upstream_key_to_ours(key: str) -> str | None:
+    return _RENAMES(key.removeprefix("gen.gen."))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from geopilot.data_gen.readers.common import (
     class_label,
     finish,
 )
-from geopilot.records import AnnotationRecord, Modality, ReadReport
+from geopilot.records import AnnotationRecord, ReadReport
+from geopilot.sample import Modality
 
 REQUIRED_KEYS = {"images": ("id",), "annotations": ("id", "image_id"), "categories": ("id",)}  # createIndex needs
 

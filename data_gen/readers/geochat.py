@@ -37,6 +37,7 @@ from geopilot.data_gen.readers.common import (
     require_dir,
 )
 from geopilot.records import AnnotationRecord, Dialogue, ReadReport, ReferringExpression
+from geopilot.sample import IMAGE_PLACEHOLDER
 from geopilot.vocabulary import canonical_class
 
 BOX = re.compile(r"\{\s*<(-?\d+)>\s*<(-?\d+)>\s*<(-?\d+)>\s*<(-?\d+)>\s*(?:\|\s*<(-?\d+)>\s*)?\}")
@@ -128,7 +129,7 @@ def _dialogue(conversations: list) -> tuple[tuple[str, str], ...]:
         text = turn.get("value", turn.get("content")) if isinstance(turn, dict) else None
         if role is None or not isinstance(text, str):
             raise ValueError(f"turn {turn!r:.80} lacks a known 'from' or a string 'value'")
-        turns.append((role, text.replace("<image>", "").strip()))
+        turns.append((role, text.replace(IMAGE_PLACEHOLDER, "").strip()))
     if not turns or turns[0][0] != "user":
         raise ValueError("conversation is empty or does not start with a human turn")
     return tuple(turns)

@@ -27,6 +27,7 @@ from geopilot.data_gen.readers.common import (
     require_dir,
 )
 from geopilot.records import AnnotationRecord, Dialogue, ReadReport
+from geopilot.sample import IMAGE_PLACEHOLDER
 
 TEXT_FILES = {  # split -> [(file stem, kind)]
     "train": [("Caption-training", "caption"), ("SARVQA1_train", "vqa"), ("SARVQA2_train", "vqa")],
@@ -81,7 +82,7 @@ def _turns(row: dict, kind: str) -> tuple[tuple[tuple[str, str], ...], str]:
             content = m.get("content", m.get("value")) if isinstance(m, dict) else None
             if role is None or not isinstance(content, str):
                 raise ValueError("a message lacks a known role or string content")
-            turns.append((role, content.replace("<image>", "").strip()))
+            turns.append((role, content.replace(IMAGE_PLACEHOLDER, "").strip()))
         return tuple(turns), kind
     if kind == "caption":
         caption = _pick(row, CAPTION_KEYS)
@@ -92,7 +93,7 @@ def _turns(row: dict, kind: str) -> tuple[tuple[tuple[str, str], ...], str]:
     if question is None or answer is None:
         raise ValueError("no question/answer fields")
     question_type = _pick(row, TYPE_KEYS)
-    return (("user", question.replace("<image>", "").strip()), ("assistant", answer)), (
+    return (("user", question.replace(IMAGE_PLACEHOLDER, "").strip()), ("assistant", answer)), (
         f"vqa:{question_type}" if question_type else "vqa"
     )
 

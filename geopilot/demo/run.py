@@ -16,24 +16,23 @@ from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import atomic_write
 
-# Seconds per unit of work on 2 busy CPU cores (measured; docs/demo.md), for the up-front estimate.
-SECONDS_PER_SCENE = 0.25
-SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.06
-SECONDS_PER_EVAL_CASE = 1.0
+# Seconds per unit of work on an idle 2-core CPU, for the up-front estimate: a third of what was measured on a
+# shared machine at load average ~10 (docs/demo.md), for the default model size.
+SECONDS_PER_SCENE = 0.15
+SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.1
+SECONDS_PER_EVAL_CASE = 1.5
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
-    scenes = settings.optical + settings.sar
-    samples = 8 * settings.optical + 6 * settings.sar  # what generate makes of them, roughly
-    optical = 8 * settings.optical
-    stage1 = optical * settings.stage1_epochs
-    stage2 = (samples - optical + settings.alpha * optical) * settings.stage2_epochs
-    width = (settings.model.text_hidden / 128) * (settings.model.text_layers / 4)
+    optical = 8.75 * settings.optical  # samples generate makes of the scenes (measured: 699 of 80, 347 of 60)
+    sar = 5.8 * settings.sar
+    sample_epochs = optical * settings.stage1_epochs + (sar + settings.alpha * optical) * settings.stage2_epochs
+    size = (settings.model.text_hidden / 96) * (settings.model.text_layers / 3)
     return (
-        SECONDS_PER_SCENE * scenes
-        + SECONDS_PER_TRAIN_SAMPLE_EPOCH * width * (stage1 + stage2)
+        SECONDS_PER_SCENE * (settings.optical + settings.sar)
+        + SECONDS_PER_TRAIN_SAMPLE_EPOCH * size * sample_epochs
         + SECONDS_PER_EVAL_CASE * settings.eval_cases
-        + 30
+        + 60  # process start-ups, tokenisation, plots
     )
 
 

@@ -116,11 +116,11 @@ GOOD = {"id": "k1", "query": "How many ships?", "image": None, "modality": "opti
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        ([{k: v for k, v in GOOD.items() if k != "query"}], "line 1, case 'k1': field 'query': missing"),
-        ([{**GOOD, "max_rounds": "two"}], "case 'k1': field 'max_rounds'"),
-        ([{**GOOD, "expected_tools": "detect_objects"}], "case 'k1': field 'expected_tools'"),
-        ([{**GOOD, "difficulty": "extreme"}], "case 'k1': field 'difficulty'"),
-        ([{**GOOD, "surprise": 1}], "case 'k1': field 'surprise'"),
+        ([{k: v for k, v in GOOD.items() if k != "query"}], "line 1, case 'k1': query: Field required"),
+        ([{**GOOD, "max_rounds": "two"}], "case 'k1': max_rounds: "),
+        ([{**GOOD, "expected_tools": "detect_objects"}], "case 'k1': expected_tools: "),
+        ([{**GOOD, "difficulty": "extreme"}], "case 'k1': difficulty: "),
+        ([{**GOOD, "surprise": 1}], "case 'k1': surprise: unknown key"),
         ([GOOD, GOOD], "line 2, case 'k1': duplicate id (first on line 1)"),
         ([{**GOOD, "param_checks": [{"tool": "detect_objects", "field": "categories", "op": "any_of", "value": "x"}]}],
          "any_of"),

@@ -38,6 +38,7 @@ BAD_SAMPLES = {
     ),
     "missing image placeholder": (lambda d: d["messages"][0].update(content="How many planes?"), "messages.0.content"),
     "tool turn for the wrong tool": (lambda d: d["messages"][2].update(name="ground"), "messages.2.name"),
+    "action without a tool name": (lambda d: d["messages"][1]["actions"][0].pop("tool"), "messages.1.actions.0.tool"),
     "ends with a think turn": (lambda d: d["messages"].pop(), "messages.2"),
     "unknown top-level key": (lambda d: d.update(imag="x.png"), "imag"),
     "bad modality": (lambda d: d.update(modality="lidar"), "modality"),

@@ -8,10 +8,7 @@ import base64
 import hashlib
 import io
 import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -19,6 +16,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from PIL import Image
+from tools.mcp_http import mcp_http_server
 
 from geopilot.cli import main
 from geopilot.image_access import ImageAccessPolicy
@@ -207,21 +205,7 @@ def test_http_probes_and_api_key(layout, spa_gan_weights):
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "geopilot.cli", "mcp", "--transport", "http", "--port", str(port)]
-    command += ["--api-key", "s3cret", *layout.overrides(spa_gan_weights)]
-    server = subprocess.Popen(command, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            with socket.socket() as client_socket:
-                if client_socket.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, server.stderr.read().decode()
-            time.sleep(0.5)
+    with mcp_http_server("--api-key", "s3cret", *layout.overrides(spa_gan_weights), timeout_s=TIMEOUT_S) as url:
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
             assert refused.status_code == 401 and "API key" in refused.text
@@ -232,6 +216,3 @@ def test_http_probes_and_api_key(layout, spa_gan_weights):
                 return await _probe(client, layout)
 
         _check(_run(session), layout)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)

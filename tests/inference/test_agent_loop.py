@@ -193,6 +193,10 @@ def test_history_continues_a_chat(make_pilot, image):
         ([{"role": "user", "content": "q"}, {"role": "assistant", "value": "a"}], "must contain '<image>'"),
         ([{"role": "robot", "content": "q"}], "history.0"),
         ([{"role": "user", "content": "<image>\nq"}, {"role": "assistant", "value": "a", "extra": 1}], "history.1"),
+        (
+            [{"role": "user", "content": "<image>\nq"}, {"role": "assistant", "actions": [{"params": {}}]}],
+            "history.1.actions.0.tool: Field required",
+        ),
     ],
 )
 def test_history_in_the_wrong_shape_is_a_clear_input_error(make_pilot, image, history, message):

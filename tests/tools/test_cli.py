@@ -40,8 +40,8 @@ def test_list_human_readable(capsys):
     ("argv", "message"),
     [
         (["run", "count_cars", "--params", "{}"], "unknown tool 'count_cars'"),
-        (["run", "detect_objects", "--params", "{not json"], "--params is not valid JSON"),
-        (["run", "detect_objects", "--params", "[1]"], "--params must be a JSON object"),
+        (["run", "detect_objects", "--params", "{not json"], "--params: not JSON"),
+        (["run", "detect_objects", "--params", "[1]"], "--params: expected a JSON object, got list"),
         (["run", "detect_objects", "--params", '{"categories": []}'], "categories: List should have at least 1 item"),
         (["run", "ground", "--params", '{"expression": "x", "k": 1}'], "k: unexpected parameter"),
         (["run", "ground", "--params", '{"expression": "the ship"}'], "weights not found: put remotesam/checkpoint.pth"),

@@ -21,6 +21,7 @@ from geopilot.tools.mcp_server import build_server
 from geopilot.tools.registry import build_registry
 
 from .conftest import FIXTURES, REPO, spa_gan_checkpoint, weights_candidate
+from .mcp_http import mcp_http_server
 
 TIMEOUT_S = 120
 
@@ -139,33 +140,14 @@ def test_mcp_help(transport, capsys):
 
 @pytest.mark.slow
 def test_http_transport_serves_the_same_tools(tmp_path):
-    import socket
-    import subprocess
-    import time
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "geopilot.cli", "mcp", "--transport", "http", "--port", str(port)]
-    server = subprocess.Popen(command, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            with socket.socket() as client_socket:
-                if client_socket.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, server.stderr.read().decode()
-            time.sleep(0.5)
+    with mcp_http_server(timeout_s=TIMEOUT_S) as url:
 
         async def session():
-            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            async with Client(url) as client:
                 listed = (await client.list_tools()).tools
                 bad = await client.call_tool("ground", {"image": _png_base64(), "expression": "  "})
                 return listed, bad
 
         listed, bad = _run(session)
-        assert len(listed) == 10
-        assert bad.is_error and "expression: String should have at least 1 character" in _text(bad)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    assert len(listed) == 10
+    assert bad.is_error and "expression: String should have at least 1 character" in _text(bad)

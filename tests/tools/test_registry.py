@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from PIL import Image
+from pydantic import ValidationError
 
 from geopilot.errors import ConfigError
 from geopilot.image import load_image
 from geopilot.sample import Action
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import Tool, ToolRegistry
-from geopilot.tools.registry import BACKENDS, build_registry, load_tools_config
+from geopilot.tools.registry import BACKENDS, ToolsConfig, build_registry, load_tools_config
 from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, LazyBackend, LazyModel, TaskTool
 
 DESIGN_TABLE = {  # DESIGN §4: tool -> (backend, modality, required params)
@@ -72,6 +73,18 @@ def test_config_errors_name_the_key():
         build_registry(overrides=["tools.remove_clouds.options.variant=RICE9"])
     with pytest.raises(ConfigError, match="tile_overlap"):
         build_registry(overrides=["tools.detect_objects.options.tile_overlap=2000"])
+
+
+def test_an_options_error_is_one_clean_line_even_from_pydantic_itself():
+    data = load_tools_config().model_dump()
+    data["tools"]["detect_objects"]["options"] = {"model": {"box_treshold": 0.3}}
+    with pytest.raises(ValidationError) as err:
+        ToolsConfig.model_validate(data)
+    assert err.value.errors()[0]["msg"] == "tools.detect_objects.options: model.box_treshold: unknown key (misspelt?)"
+    with pytest.raises(ConfigError) as loaded:
+        load_tools_config(overrides=["tools.detect_objects.options.model.box_treshold=0.3"])
+    assert str(loaded.value).endswith(": tools.detect_objects.options: model.box_treshold: unknown key (misspelt?)")
+    assert "Value error" not in str(loaded.value) and "\n" not in str(loaded.value)
 
 
 @pytest.mark.parametrize(
