@@ -8,7 +8,7 @@
         units: null                           # continuous only, e.g. "probability" or "t/ha"
         nodata: 0                             # overrides the file's own nodata value when given
         display_only: false                   # true: may be shown on a map, never analysed
-        dates: []                             # non-empty: `path` holds "{date}", one raster per date
+        dates: []                             # one raster per date (`path` holds "{date}"), or one band per date
         description: Land cover classes
     areas:
       - level: municipality
@@ -33,7 +33,7 @@ from geopilot.errors import ConfigError
 
 
 class Layer(StrictConfig):
-    id: str = Field(min_length=1, pattern=r"^[a-z0-9_]+$")
+    id: str = Field(min_length=1, pattern=r"^\S+$")
     path: str
     kind: Literal["categorical", "continuous"]
     classes: dict[int, str] = {}
@@ -49,22 +49,27 @@ class Layer(StrictConfig):
             raise ValueError(f"layer {self.id!r}: a categorical layer needs `classes`")
         if self.kind == "continuous" and self.classes:
             raise ValueError(f"layer {self.id!r}: a continuous layer has no `classes`")
-        if bool(self.dates) != ("{date}" in self.path):
-            raise ValueError(f"layer {self.id!r}: `dates` and a '{{date}}' placeholder in `path` go together")
+        if "{date}" in self.path and not self.dates:
+            raise ValueError(f"layer {self.id!r}: a '{{date}}' placeholder in `path` needs `dates`")
+        if len(set(self.dates)) != len(self.dates):
+            raise ValueError(f"layer {self.id!r}: repeated dates")
         return self
 
     def raster_path(self, root: Path, date: str | None = None) -> Path:
-        if self.dates:
-            if date is None:
-                date = self.dates[-1]
-            if date not in self.dates:
-                raise KeyError(date)
-            return root / self.path.format(date=date)
+        """The file holding `date` (default: the latest) of a dated layer, or the layer's one file."""
+        if self.dates and "{date}" in self.path:
+            return root / self.path.format(date=date if date is not None else self.dates[-1])
         return root / self.path
+
+    def band(self, date: str | None = None) -> int:
+        """The band holding `date`: a dated layer without a '{date}' path keeps its dates as bands 1..n."""
+        if self.dates and "{date}" not in self.path:
+            return self.dates.index(date if date is not None else self.dates[-1]) + 1
+        return 1
 
 
 class AreaSource(StrictConfig):
-    level: str = Field(min_length=1, pattern=r"^[a-z_]+$")
+    level: str = Field(min_length=1, pattern=r"^\S+$")
     path: str
     layer: str | None = None
     name_field: str = "name"

@@ -150,7 +150,8 @@ class Context:
         layer = self.catalog.layer(layer_id)
         area = next(a for a in self.areas.all(level) if a.id == area_id)
         return zonal_stats(
-            layer.raster_path(self.catalog.root, date), area.geometry, area.crs, layer.kind == "categorical", layer.nodata
+            layer.raster_path(self.catalog.root, date), area.geometry, area.crs, layer.kind == "categorical",
+            layer.nodata, band=layer.band(date),
         )
 
     def metric(self, layer: Layer, date: str | None, area: Area, metric: str) -> float:
@@ -324,7 +325,7 @@ def buffer_area(ctx: Context, params: BufferParams) -> dict:
     if params.layer is not None:
         layer, date = ctx.analysable(params.layer)
         stats = zonal_stats(layer.raster_path(ctx.catalog.root, date), buffered, ctx.working_crs.to_string(),
-                            layer.kind == "categorical", layer.nodata)
+                            layer.kind == "categorical", layer.nodata, band=layer.band(date))
         result |= {"layer": layer.id} | area_stats(layer, stats)
     return result
 

@@ -63,6 +63,7 @@ def zonal_stats(
     categorical: bool,
     nodata: float | None = None,
     max_window_pixels: int = MAX_WINDOW_PIXELS,
+    band: int = 1,
 ) -> ZonalStats:
     """Statistics of `raster` inside `geometry`; raises ZonalError when nothing of the polygon can be analysed."""
     import rasterio
@@ -78,6 +79,8 @@ def zonal_stats(
     except rasterio.errors.RasterioIOError as err:
         raise ZonalError(f"cannot read raster {Path(raster).name}: {err}") from None
     with dataset:
+        if not 1 <= band <= dataset.count:
+            raise ZonalError(f"raster {Path(raster).name} has {dataset.count} band(s), not {band}")
         polygon = to_raster_crs(geometry, geometry_crs, dataset.crs)
         extent = box(*dataset.bounds)
         inside = polygon.intersection(extent)
@@ -94,7 +97,7 @@ def zonal_stats(
         for top in range(row0, row1, rows_per_chunk):
             window = Window(col0, top, col1 - col0, min(rows_per_chunk, row1 - top))
             transform = dataset.window_transform(window)
-            values = dataset.read(1, window=window)
+            values = dataset.read(band, window=window)
             inside_mask = geometry_mask([inside], values.shape, transform, invert=True, all_touched=False)
             valid = inside_mask & ~_nodata_mask(values, nodata)
             if not valid.any():

@@ -170,3 +170,30 @@ def test_a_bad_catalogue_is_a_clear_config_error(tmp_path):
     path.write_text("layers:\n  - {id: lc, path: a.tif, kind: continuous, colour: red}\nareas: []\n")
     with pytest.raises(ConfigError, match="colour"):
         load_catalog(path)
+
+
+def test_dated_layer_as_one_multiband_raster(region, tmp_path, truth):
+    """A dated layer without a '{date}' path keeps its dates as bands 1..n of one file."""
+    import rasterio
+    import yaml
+
+    from geopilot.tools.indicators.synth_region import NDVI_DATES
+    from geopilot.tools.indicators.tools import build_indicator_registry
+
+    bands = []
+    for date in NDVI_DATES:
+        with rasterio.open(region / "rasters" / f"ndvi_{date}.tif") as dataset:
+            profile, bands = dataset.profile, [*bands, dataset.read(1)]
+    profile.update(driver="GTiff", count=len(bands))
+    with rasterio.open(tmp_path / "ndvi_stack.tif", "w", **profile) as out:
+        for index, array in enumerate(bands, start=1):
+            out.write(array, index)
+    catalog = yaml.safe_load((region / "catalog.yaml").read_text(encoding="utf-8"))
+    catalog["layers"] = [{"id": "ndvi", "path": str(tmp_path / "ndvi_stack.tif"), "kind": "continuous",
+                          "dates": NDVI_DATES}]
+    catalog["areas"] = [{**a, "path": str(region / a["path"])} for a in catalog["areas"]]
+    (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(catalog, allow_unicode=True), encoding="utf-8")
+    stacked = build_indicator_registry(tmp_path / "catalog.yaml", tmp_path)
+    series = call(stacked, "statistics_over_time", layer="ndvi", area="Braçal", level="municipality").output.data
+    expected = [truth["municipality"]["Braçal"]["ndvi"][d]["mean"] for d in NDVI_DATES]
+    assert [p["value"] for p in series["series"]] == pytest.approx(expected, abs=1e-4)
