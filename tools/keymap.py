@@ -35,6 +35,10 @@ class KeyRenames:
             return head + key[match.end() :]
         return key
 
+    def knows(self, key: str) -> bool:
+        """Whether a rule matches `key` (for a caller that treats a key no rule knows as an error)."""
+        return any(pattern.match(key) for pattern, _ in self.rules)
+
 
 def under(upstream: str, ours: str, members: dict[str, str]) -> list[tuple[str, str]]:
     """The rules for the members of one module: `upstream + name` -> `ours + new name` for each member."""

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import torch
 
 from geopilot.errors import WeightsError
+from geopilot.tools.keymap import KeyRenames
 
 SWIN = "model.backbone.conv_encoder.model"
 
@@ -42,7 +43,7 @@ _FFN_NORMS_ENCODER = {
     r"norms\.1": "final_layer_norm",
 }
 
-# (upstream regex, HF template); applied to whole keys, first match wins.
+# (upstream regex, HF template); applied to whole keys, first match wins (`geopilot.tools.keymap.KeyRenames`).
 RENAMES: list[tuple[str, str]] = [
     # Swin-T backbone
     (r"backbone\.patch_embed\.projection\.(weight|bias)", SWIN + r".swin.embeddings.patch_embeddings.projection.\1"),
@@ -189,7 +190,7 @@ RENAMES: list[tuple[str, str]] = [
     (r"memory_trans_fc\.(weight|bias)", r"model.enc_output.\1"),
     (r"memory_trans_norm\.(weight|bias)", r"model.enc_output_norm.\1"),
 ]
-_COMPILED = [(re.compile(pattern + r"\Z"), template) for pattern, template in RENAMES]
+_RENAMES = KeyRenames((pattern + r"\Z", template) for pattern, template in RENAMES)
 _DROPPED = [re.compile(pattern + r"\Z") for pattern in DROPPED]
 _REG_LAYER = {"0": "0", "2": "1", "4": "2"}  # mmdet Sequential(Linear, ReLU, Linear, ReLU, Linear) -> MLP layers
 
@@ -266,11 +267,10 @@ def convert_mmdet_state_dict(
         else:
             targets = _head_keys(key, num_decoder_layers)
         if targets is None:
-            match = next(((p, t) for p, t in _COMPILED if p.match(key)), None)
-            if match is None:
+            if not _RENAMES.knows(key):
                 unknown.append(key)
                 continue
-            targets = [match[0].sub(match[1], key)]
+            targets = [_RENAMES(key)]
             if key.endswith("downsample.reduction.weight"):
                 value = reorder_unfold_reduction(value)
             elif ".downsample.norm." in key:

@@ -158,6 +158,19 @@ def read_results(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
+def run_local_agent(tmp_path: Path, agent: str, model_dir: Path, every: int, seed: str, max_new_tokens: str):
+    """`geopilot eval planning --agent geopilot|hf` on the tiny model over a case subset: (cases file, cases, out
+    folder, result rows), one row per case."""
+    cases_file, cases = subset(tmp_path, 1, every=every)
+    out = tmp_path / agent
+    args = ["eval", "planning", "--agent", agent, "--model", str(model_dir), "--cases", str(cases_file),
+            "--seeds", seed, "--out", str(out), "--max-new-tokens", max_new_tokens, "--device", "cpu"]  # fmt: skip
+    assert main(args) == 0
+    rows = read_results(out)
+    assert len(rows) == len(cases)
+    return cases_file, cases, out, rows
+
+
 def check_run(out: Path, cases, implied: dict, seeds: list[int]) -> dict:
     rows = read_results(out)
     assert sorted((r["case_id"], r["seed"]) for r in rows) == sorted((c.id, s) for c in cases for s in seeds)
@@ -262,13 +275,9 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
 
 
 def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsys):
-    cases_file, cases = subset(tmp_path, 1, every=3)
-    out = tmp_path / "geopilot"
-    args = ["eval", "planning", "--agent", "geopilot", "--model", str(tiny_model_dir), "--cases", str(cases_file),
-            "--seeds", "42", "--out", str(out), "--max-new-tokens", "6", "--device", "cpu"]  # fmt: skip
-    assert main(args) == 0
-    rows = read_results(out)
-    assert len(rows) == len(cases) and all(r["score"]["category"] != "infra_error" for r in rows)
+    cases_file, cases, out, rows = run_local_agent(tmp_path, "geopilot", tiny_model_dir, every=3, seed="42",
+                                                   max_new_tokens="6")  # fmt: skip
+    assert all(r["score"]["category"] != "infra_error" for r in rows)
     assert all(r["run"]["dialect"] in ("unparsable", "geopilot_json", "llava_plus") for r in rows)  # recorded per row
     assert all(r["run"]["tokens_out"] > 0 for r in rows)
     summary = json.loads((out / "summary.json").read_text())
@@ -285,13 +294,7 @@ def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsy
 
 
 def test_hf_agent_on_a_local_vlm_dir(tmp_path, tiny_model_dir):
-    cases_file, cases = subset(tmp_path, 1, every=6)
-    out = tmp_path / "hf"
-    args = ["eval", "planning", "--agent", "hf", "--model", str(tiny_model_dir), "--cases", str(cases_file),
-            "--seeds", "1", "--out", str(out), "--max-new-tokens", "4", "--device", "cpu"]  # fmt: skip
-    assert main(args) == 0
-    rows = read_results(out)
-    assert len(rows) == len(cases)
+    *_, rows = run_local_agent(tmp_path, "hf", tiny_model_dir, every=6, seed="1", max_new_tokens="4")
     assert all(r["run"]["infra_error"] is None and r["run"]["tokens_out"] > 0 for r in rows), rows[0]["run"]
 
 

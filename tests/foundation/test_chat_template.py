@@ -5,8 +5,6 @@ is Vicuna's `▁A`; an export's saved tokenizer reproduces the trained ids; bad 
 from __future__ import annotations
 
 import copy
-import os
-import shutil
 
 import pytest
 from jinja2.exceptions import TemplateError
@@ -120,24 +118,7 @@ def test_first_token_after_bos_carries_the_prefix_space(tiny_tokenizer):
     assert not tiny_tokenizer.convert_ids_to_tokens(rendered.input_ids[second_user]).startswith("▁")
 
 
-# -- the real 32k SentencePiece model (Mistral-7B's, the Llama layout; .ci/run extracts it from a PyPI wheel) --------
-
-
-@pytest.fixture(scope="module")
-def sp_dir(tmp_path_factory):
-    model_file = os.environ.get("GEOPILOT_TEST_SP_MODEL", "")
-    if not os.path.isfile(model_file):
-        pytest.skip("set GEOPILOT_TEST_SP_MODEL to a SentencePiece tokenizer.model (.ci/run does)")
-    folder = tmp_path_factory.mktemp("sp")
-    shutil.copy(model_file, folder / "tokenizer.model")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def sp_tokenizer(sp_dir):
-    from geopilot.tokenizer import load_tokenizer
-
-    return load_tokenizer(sp_dir)
+# -- the real 32k SentencePiece model (`sp_dir`, `sp_tokenizer`: tests/foundation/conftest.py) ------------------------
 
 
 def test_base_tokenizer_reads_the_prompt_as_we_render_it(sp_dir, sp_tokenizer):

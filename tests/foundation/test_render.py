@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -142,24 +139,12 @@ def test_property_template_agrees(sample, tiny_tokenizer):
     assert [bool(m) for m in mask] == [label != IGNORE_INDEX for label in rendered.labels]
 
 
-@pytest.fixture(scope="module")
-def sentencepiece_tokenizer(tmp_path_factory):
-    """A real 32k Llama-layout SentencePiece model (Mistral-7B's, from the mistral_common wheel; .ci/run extracts it)."""
-    model_file = os.environ.get("GEOPILOT_TEST_SP_MODEL", "")
-    if not os.path.isfile(model_file):
-        pytest.skip("set GEOPILOT_TEST_SP_MODEL to a SentencePiece tokenizer.model (.ci/run does)")
-    from geopilot.tokenizer import load_tokenizer
-
-    folder = tmp_path_factory.mktemp("sp")
-    shutil.copy(model_file, folder / "tokenizer.model")
-    return load_tokenizer(folder)
-
-
 @pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "special_text"])
-def test_real_sentencepiece_tokenizer_agrees(kind, sentencepiece_tokenizer):
+def test_real_sentencepiece_tokenizer_agrees(kind, sp_tokenizer):
+    """`sp_tokenizer`: a real 32k Llama-layout SentencePiece model (tests/foundation/conftest.py)."""
     sample = parse_sample(ALL_KINDS[kind]())
-    rendered = render_sample(sample, sentencepiece_tokenizer, 576)
-    assert decoded_spans(rendered, sentencepiece_tokenizer) == expected_assistant_texts(sample)
-    ids, mask = template_ids_and_mask(sample, sentencepiece_tokenizer, 576)
+    rendered = render_sample(sample, sp_tokenizer, 576)
+    assert decoded_spans(rendered, sp_tokenizer) == expected_assistant_texts(sample)
+    ids, mask = template_ids_and_mask(sample, sp_tokenizer, 576)
     assert ids == rendered.input_ids
     assert [bool(m) for m in mask] == [label != IGNORE_INDEX for label in rendered.labels]
