@@ -13,9 +13,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from geopilot.errors import GeoPilotInputError
 from geopilot.records import AnnotationRecord, Dialogue, ReferringExpression
+from geopilot.vocabulary import dataset_classes
 
 DIFFICULTIES = ("easy", "medium", "hard")
+# Share of category requests (detect_objects, segment_instances) that name one class of the source's class list that
+# the image does not contain: users ask for what is not there too, and the answer then says so.
+ABSENT_SHARE = 0.2
 GENERAL = "general_understanding"
 
 
@@ -157,6 +162,14 @@ def _counts(record: AnnotationRecord, with_mask: bool = False) -> dict[str, int]
     return dict(sorted(Counter(o.label for o in _named(record, with_mask)).items()))
 
 
+def _source_classes(record: AnnotationRecord) -> list[str]:
+    """The canonical classes of the record's source dataset (empty for a source the vocabulary does not know)."""
+    try:
+        return dataset_classes(record.source)
+    except GeoPilotInputError:
+        return []
+
+
 def plan_target(ability: str, record: AnnotationRecord, rng: random.Random) -> Target:
     """The canonical call for one sample of `ability` on `record` (a tool-free ability returns tool None)."""
     spec = ABILITIES[ability]
@@ -169,9 +182,13 @@ def plan_target(ability: str, record: AnnotationRecord, rng: random.Random) -> T
     elif tool in CATEGORY_TOOLS:
         counts = _counts(record, with_mask=tool == "segment_instances")
         wanted = min(len(counts), 2 if difficulty == "hard" else 1)
-        categories = sorted(rng.sample(sorted(counts), wanted))
+        categories = rng.sample(sorted(counts), wanted)
+        absent = sorted(set(_source_classes(record)) - set(counts))
+        if absent and rng.random() < ABSENT_SHARE:
+            categories[-1] = rng.choice(absent)
+        categories = sorted(categories)
         params = {"categories": categories}
-        facts["counts"] = {c: counts[c] for c in categories}
+        facts["counts"] = {c: counts.get(c, 0) for c in categories}
     elif tool in EXPRESSION_TOOLS:
         candidates = (
             record.referring

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from geopilot.data_gen.abilities import CATEGORY_TOOLS, CLASS_TOOLS, DETECTION_TOOLS, EXPRESSION_TOOLS, Target
-from geopilot.data_gen.templates import plural
+from geopilot.data_gen.templates import names_for, plural
 from geopilot.errors import describe_validation_error
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput, llm_view
@@ -171,7 +171,8 @@ def _content_words(text: str) -> list[str]:
 
 
 def check_query(query: str, target: Target) -> list[Failure]:
-    """Answerable: a real request of sensible length, naming its target, not leaking coordinates."""
+    """Answerable: a real request of sensible length, naming its target (by its class name or one of the class's
+    everyday synonyms, geopilot/vocabulary.yaml), not leaking coordinates."""
     words = query.split()
     fail = []
     if not 3 <= len(words) <= 120:
@@ -182,7 +183,7 @@ def check_query(query: str, target: Target) -> list[Failure]:
         fail.append("query gives away coordinates")
     params = target.params
     if target.tool in CATEGORY_TOOLS:
-        missing = [c for c in params["categories"] if not mentions(query, c)]
+        missing = [c for c in params["categories"] if not any(mentions(query, n) for n in names_for(c))]
         if missing:
             fail.append(f"query does not name {missing}")
     elif target.tool in EXPRESSION_TOOLS:
@@ -191,7 +192,7 @@ def check_query(query: str, target: Target) -> list[Failure]:
         if wanted and sum(w in have for w in wanted) < max(1, len(wanted) // 2):
             fail.append(f"query does not carry the expression {params['expression']!r}")
     elif target.tool in CLASS_TOOLS:
-        if not any(mentions(query, c) for c in params["classes"]):
+        if not any(mentions(query, n) for c in params["classes"] for n in names_for(c)):
             fail.append(f"query names none of the classes {params['classes']}")
     return [Failure("query_answerability", "; ".join(fail))] if fail else []
 

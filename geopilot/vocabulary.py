@@ -12,12 +12,15 @@ evaluation speak one language:
     dataset_classes("DOTA v1.5")                  -> ["airplane", "baseball field", ..., "container crane"]
     labels_match("small vehicle", "car", allow_parent=True) -> True
     segearth_queries(["rangeland", "building"], "OpenEarthMap") -> ["grass", "building,roof,house"]
+    class_synonyms("large vehicle")               -> ["truck", "lorry", "heavy vehicle", "heavy goods vehicle"]
 
 Lookup of a raw name: the dataset's own names first (when a dataset is given), then every name any dataset uses
 (and the canonical names), compared lower-case with '-' and '_' as spaces; then with spaces removed; then without a
-trailing "s"/"es". A name in no vocabulary is never dropped: it is returned verbatim and `is_known_class` says False
+trailing "s"/"es". Synonyms (everyday names such as "lorry" for `large vehicle`) are for writing queries and are never
+used by lookups. A name in no vocabulary is never dropped: it is returned verbatim and `is_known_class` says False
 (the generation report counts such names). The file is checked when loaded: every name it maps to is a canonical
-class, parents form a tree, and no spelling means two different classes.
+class, parents form a tree, no spelling means two different classes, and a synonym belongs to one class and names
+no other class than that one, a parent or a subclass of it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class VocabularyFile(StrictConfig):
     classes: dict[str, str | None]  # canonical name -> parent (None = top level)
     datasets: dict[str, DatasetEntry]
     segearth_ov: dict[str, SegEarthEntry] = {}
+    synonyms: dict[str, list[str]] = {}  # canonical name -> everyday names (singular), for writing queries
 
     @model_validator(mode="after")
     def _consistent(self) -> VocabularyFile:
@@ -77,6 +81,17 @@ class VocabularyFile(StrictConfig):
             for canonical in entry.prompts:
                 if canonical not in self.classes:
                     raise ValueError(f"segearth_ov.{dataset}: {canonical!r} is not a canonical class")
+        owner: dict[str, str] = {}
+        for canonical, words in self.synonyms.items():
+            if canonical not in self.classes:
+                raise ValueError(f"synonyms: {canonical!r} is not a canonical class")
+            for word in words:
+                key = normalise(word)
+                if not key or key == canonical:
+                    raise ValueError(f"synonyms.{canonical}: {word!r} is empty or the class's own name")
+                if owner.get(key, canonical) != canonical:
+                    raise ValueError(f"synonyms: {word!r} is listed for {owner[key]!r} and {canonical!r}")
+                owner[key] = canonical
         return self
 
 
@@ -117,6 +132,15 @@ class Vocabulary:
         for dataset, entry in data.datasets.items():
             for raw, canonical in {**entry.classes, **entry.aliases}.items():
                 self._add_global(raw, canonical, dataset)
+        for canonical, words in data.synonyms.items():
+            for word in words:
+                named = self.lookup(word)
+                if named is not None and named not in {canonical, *self.ancestors(canonical)} and (
+                    canonical not in self.ancestors(named)
+                ):
+                    raise ConfigError(
+                        f"vocabulary: synonym {word!r} of {canonical!r} is a name of the unrelated class {named!r}"
+                    )
 
     def _add_global(self, raw: str, canonical: str, where: str) -> None:
         for table, key in ((self._global, normalise(raw)), (self._squashed, normalise(raw).replace(" ", ""))):
@@ -192,6 +216,12 @@ class Vocabulary:
         truth = truth if truth is not None else normalise(ground_truth)
         return pred == truth or (allow_parent and pred in self.ancestors(truth))
 
+    def synonyms(self, canonical: str) -> list[str]:
+        """The everyday names of a canonical class (may be empty); GeoPilotInputError for a name that is not one."""
+        if canonical not in self.parents:
+            raise GeoPilotInputError(f"{canonical!r} is not a canonical class name")
+        return list(self.data.synonyms.get(canonical, []))
+
     # -- SegEarth-OV ------------------------------------------------------------------------------------------------
     def segearth_entry(self, dataset: str) -> SegEarthEntry:
         key = _dataset_key(dataset)
@@ -248,6 +278,11 @@ def labels_match(predicted: str, ground_truth: str, dataset: str | None = None, 
     ground truth also through `dataset`'s own names); unknown names compare normalised. With `allow_parent`, a
     coarser prediction matches a finer truth ("vehicle" matches FAIR1M "Small Car")."""
     return default_vocabulary().labels_match(predicted, ground_truth, dataset, allow_parent=allow_parent)
+
+
+def class_synonyms(canonical: str) -> list[str]:
+    """Everyday names of a canonical class ("large vehicle" -> truck, lorry, ...), for writing varied queries."""
+    return default_vocabulary().synonyms(canonical)
 
 
 def segearth_queries(classes: list[str], dataset: str | None = "OpenEarthMap") -> list[str]:
