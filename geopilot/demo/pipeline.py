@@ -48,7 +48,9 @@ def generate_config(layout: Layout, settings: DemoSettings):
     with resources.as_file(path) as file:
         config = load_config(GenerateConfig, file)
     sources = [s.model_copy(update={"root": layout.synth / Path(s.root).name}) for s in config.sources]
-    return config.model_copy(update={"sources": sources, "seed": settings.seed})
+    return config.model_copy(
+        update={"sources": sources, "seed": settings.seed, "samples_per_record": settings.samples_per_record}
+    )
 
 
 def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:

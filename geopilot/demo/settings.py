@@ -23,6 +23,7 @@ class DemoSettings(StrictConfig):
     seed: int = 0
     optical: int = Field(default=80, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
     sar: int = Field(default=60, ge=4, le=1000)  # synthetic SAR scenes
+    samples_per_record: int = Field(default=3, ge=1, le=20)  # tool samples per (scene, ability): more query wordings
     vocab_size: int = Field(default=1536, ge=300)  # the model's own BPE, trained on the generated traces
     model: TinyModelConfig = TinyModelConfig(
         image_size=32,

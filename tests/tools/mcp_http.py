@@ -1,4 +1,4 @@
-"""`geopilot mcp --transport http` as a subprocess on a free local port, for the slow MCP tests (tools, hardening)."""
+"""`geopilot mcp --transport http` as a subprocess on a free local port, for the slow MCP tests (test_mcp.py, test_mcp_probes.py)."""
 
 from __future__ import annotations
 

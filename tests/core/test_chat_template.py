@@ -9,7 +9,7 @@ import copy
 import pytest
 from jinja2.exceptions import TemplateError
 
-from foundation.samples import ALL_KINDS
+from core.samples import ALL_KINDS
 from geopilot.chat_template import CHAT_TEMPLATE, hf_messages
 from geopilot.render import IGNORE_INDEX, render_sample, render_text, render_turns
 from geopilot.sample import UserMessage, parse_sample
@@ -118,7 +118,7 @@ def test_first_token_after_bos_carries_the_prefix_space(tiny_tokenizer):
     assert not tiny_tokenizer.convert_ids_to_tokens(rendered.input_ids[second_user]).startswith("▁")
 
 
-# -- the real 32k SentencePiece model (`sp_dir`, `sp_tokenizer`: tests/foundation/conftest.py) ------------------------
+# -- the real 32k SentencePiece model (`sp_dir`, `sp_tokenizer`: tests/core/conftest.py) ------------------------
 
 
 def test_base_tokenizer_reads_the_prompt_as_we_render_it(sp_dir, sp_tokenizer):

@@ -74,7 +74,7 @@ def loader_for(relative: str):
         return load_data_gen
     if name.startswith("stage"):
         return load_training
-    raise AssertionError(f"configs/{relative} has no typed config in tests/foundation/test_configs.py")
+    raise AssertionError(f"configs/{relative} has no typed config in tests/core/test_configs.py")
 
 
 def test_the_catalogue_covers_every_kind():

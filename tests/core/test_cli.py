@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from foundation.samples import one_tool_call
+from core.samples import one_tool_call
 from geopilot.cli import COMMANDS, main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

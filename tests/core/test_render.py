@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from foundation.samples import ALL_KINDS, one_tool_call
+from core.samples import ALL_KINDS, one_tool_call
 from geopilot.chat_template import hf_messages
 from geopilot.errors import SampleError
 from geopilot.render import IGNORE_INDEX, render_sample
@@ -141,7 +141,7 @@ def test_property_template_agrees(sample, tiny_tokenizer):
 
 @pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "special_text"])
 def test_real_sentencepiece_tokenizer_agrees(kind, sp_tokenizer):
-    """`sp_tokenizer`: a real 32k Llama-layout SentencePiece model (tests/foundation/conftest.py)."""
+    """`sp_tokenizer`: a real 32k Llama-layout SentencePiece model (tests/core/conftest.py)."""
     sample = parse_sample(ALL_KINDS[kind]())
     rendered = render_sample(sample, sp_tokenizer, 576)
     assert decoded_spans(rendered, sp_tokenizer) == expected_assistant_texts(sample)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from foundation.samples import ALL_KINDS, one_tool_call
+from core.samples import ALL_KINDS, one_tool_call
 from geopilot.errors import SampleError
 from geopilot.sample import LoadReport, load_samples, parse_sample, write_samples
 
