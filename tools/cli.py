@@ -52,17 +52,19 @@ def _list(args: argparse.Namespace) -> int:
         from geopilot.tools.indicators.tools import build_indicator_registry
 
         for schema in build_indicator_registry(args.catalog).schemas():
-            rows.append({**schema, "modality": "none", "backend": "indicators", "status": "ready"})
+            rows.append({**schema, "modality": "none", "backend": "indicators", "status": "ready", "status_detail": None})
     else:
         config = load_tools_config(args.config, args.overrides)
         for schema in build_registry(config=config).schemas():
             binding = config.tools[schema["name"]]
-            rows.append({**schema, "backend": binding.backend, "status": binding_status(binding)})
+            status, detail = binding_status(binding)
+            rows.append({**schema, "backend": binding.backend, "status": status, "status_detail": detail})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for row in rows:
-        print(f"{row['name']:<18} {row['modality']:<8} {row['backend']:<12} {row['status']}")
+        detail = f" ({row['status_detail']})" if row.get("status_detail") else ""
+        print(f"{row['name']:<18} {row['modality']:<8} {row['backend']:<12} {row['status']}{detail}")
         print(f"{'':<18} {row['description']}")
     return 0
 

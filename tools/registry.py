@@ -226,15 +226,13 @@ def weights_path(binding: ToolBinding, options: StrictConfig) -> Path:
     return resolve_weights(binding.weights_name or binding.backend, binding.weights, spec.weights_file(options))
 
 
-def binding_status(binding: ToolBinding) -> str:
-    """`ready`, `weights missing: ...` or `backend not available yet`, for `geopilot tools list`."""
-    if BACKENDS[binding.backend].load is None:
-        return "backend not available yet"
+def binding_status(binding: ToolBinding) -> tuple[str, str | None]:
+    """(`ready` | `weights missing`, what is missing and where it goes) for `geopilot tools list`."""
     try:
         weights_path(binding, BACKENDS[binding.backend].options_model.model_validate(binding.options))
     except GeoPilotInputError as err:
-        return f"weights missing ({err})"
-    return "ready"
+        return "weights missing", str(err)
+    return "ready", None
 
 
 def _artifacts_dir(config: ToolsConfig) -> Path:

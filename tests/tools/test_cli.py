@@ -25,8 +25,8 @@ def test_list_json_has_every_tool_with_schema_and_status(capsys, tmp_path, monke
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert len(rows) == 10
     assert rows["remove_clouds"]["status"] == "ready"
-    assert rows["detect_objects"]["status"].startswith("weights missing (weights not found: put lae_dino at")
-    assert rows["ground"]["status"].startswith("weights missing (weights not found: put remotesam/checkpoint.pth at")
+    assert rows["detect_objects"]["status"] == "weights missing" and rows["detect_objects"]["status_detail"].startswith("weights not found: put lae_dino at")
+    assert rows["ground"]["status"] == "weights missing" and rows["ground"]["status_detail"].startswith("weights not found: put remotesam/checkpoint.pth at")
     assert rows["detect_objects"]["input_schema"]["required"] == ["categories"]
 
 

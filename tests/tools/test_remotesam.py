@@ -148,7 +148,7 @@ def test_list_reports_remotesam_ready_or_weights_missing(tmp_path, monkeypatch, 
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     for name in ("ground", "segment_instances", "segment_referring"):
         assert rows[name]["backend"] == "remotesam"
-        assert rows[name]["status"].startswith("weights missing (weights not found: put remotesam/checkpoint.pth")
+        assert rows[name]["status"] == "weights missing" and rows[name]["status_detail"].startswith("weights not found: put remotesam/checkpoint.pth")
     (tmp_path / "remotesam").mkdir()
     (tmp_path / "remotesam" / "checkpoint.pth").write_bytes(b"")
     assert main(["tools", "list", "--json"]) == 0

@@ -97,11 +97,10 @@ def test_missing_weights_are_a_clear_error(tmp_path, monkeypatch):
 def test_tools_list_status_follows_the_preset_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(tmp_path))
     config = load_tools_config()
-    assert binding_status(config.tools["extract_roads"]).startswith(
-        "weights missing (weights not found: put sam_road/cityscale_vitb_512_e10.ckpt"
-    )
+    status, detail = binding_status(config.tools["extract_roads"])
+    assert status == "weights missing" and detail.startswith("weights not found: put sam_road/cityscale_vitb_512_e10.ckpt")
     (tmp_path / "sam_road").mkdir()
     (tmp_path / "sam_road" / "spacenet_vitb_256_e10.ckpt").write_bytes(b"")
     spacenet = load_tools_config(overrides=["tools.extract_roads.options.preset=spacenet"])
-    assert binding_status(spacenet.tools["extract_roads"]) == "ready"
-    assert binding_status(config.tools["extract_roads"]).startswith("weights missing")
+    assert binding_status(spacenet.tools["extract_roads"]) == ("ready", None)
+    assert binding_status(config.tools["extract_roads"])[0] == "weights missing"
