@@ -111,9 +111,9 @@ class ScriptedKVSession(KVSession):
         super().__init__(model, tokenizer, prompts, pixels, options, reuse_cache, LogitsProcessorList([self.forcer]))
         self.texts = list(texts)
 
-    def generate(self, rows, tails=None, stream=None, keep_logits=False):
+    def generate(self, rows, tails=None, stream=None, keep_logits=False, max_new_tokens=None):
         self.forcer.expect(encode_text(self.tokenizer, " " + self.texts.pop(0)))
-        return super().generate(rows, tails, stream, keep_logits)
+        return super().generate(rows, tails, stream, keep_logits, max_new_tokens)
 
 
 def mid_size_model(dtype: str):

@@ -9,7 +9,7 @@ Under DIR (each folder is a dataset root the matching reader in `geopilot.data_g
   CityScale/20cities/region_<i>_{sat.png,gt_graph.p}   (row, col) adjacency-dict pickles, protocol 2
   RICE/RICE1/{cloud,label}/<n>.png                      cloudy / clear pairs
   iSAID/train/{images,Annotations/iSAID_train.json}     COCO pixel polygons, iSAID's mixed-case class names
-  GeoChat-Instruct/{GeoChat_Instruct.json,images/}      LLaVA conversations: counting VQA, [refer] with box text
+  GeoChat-Instruct/{GeoChat_Instruct.json,images/}      LLaVA conversations: counting VQA, scene questions, [refer]
   SARDet-100K/Annotations/train.json + JPEGImages/train/   speckled single-channel PNG, every other one 16-bit
   SARLANG-1M/SARimages/ + Text/caption/Caption-training.csv + Text/VQA/SARVQA1_train.csv
   synth_manifest.json                                   what was placed, per dataset and record
@@ -221,6 +221,38 @@ def _grid_box(bounds: tuple[float, float, float, float]) -> str:
     return f"{{<{x1}><{y1}><{x2}><{y2}>|<0>}}"
 
 
+LANDCOVER_NAMES = {1: "bare land", 2: "rangeland", 3: "developed space", 4: "road", 5: "trees", 6: "water",
+                   7: "agricultural land", 8: "buildings"}  # fmt: skip
+DESCRIBE = ["Describe the image in detail.", "Give a detailed description of this aerial image.",
+            "Write a short caption for this image.", "What is shown in this satellite image?",
+            "Can you tell me what this overhead picture contains?"]  # fmt: skip
+DOMINANT = ["Which land-cover type takes up the most space in this image? Answer in one word or a short phrase.",
+            "What covers most of the ground here?", "Which surface dominates this scene?"]  # fmt: skip
+PRESENCE = ["Is there any {name} visible in the image? Answer yes or no.", "Can you see {name} in this picture?",
+            "Does this scene contain {name}?"]  # fmt: skip
+
+
+def _scene_questions(scene: OpticalScene, i: int) -> list[tuple[str, str, str]]:
+    """GeoChat-Instruct-style tool-free questions answered from what the scene holds: a description, the dominant
+    land cover, and the presence of one land-cover type. (question, answer, GeoChat task) each."""
+    from geopilot.data_gen.readers.geochat import task_of
+
+    shares = np.bincount(scene.landcover.ravel(), minlength=9)[1:9] / scene.landcover.size
+    order = [int(c) + 1 for c in np.argsort(-shares, kind="stable")]
+    counts = Counter(o.label.replace("-", " ") for o in scene.objects)
+    things = ", ".join(f"{n} {label if n == 1 else label + 's'}" for label, n in sorted(counts.items()))
+    described = (f"An overhead view of a mixed area, mostly {LANDCOVER_NAMES[order[0]]} and "
+                 f"{LANDCOVER_NAMES[order[1]]}, crossed by {len(scene.roads)} roads, with {things or 'no vehicles or structures'}.")  # fmt: skip
+    code = (1, 2, 3, 5, 6, 7, 8)[i % 7]
+    present = "Yes" if shares[code - 1] > 0.01 else "No"
+    asked = [
+        (DESCRIBE[i % len(DESCRIBE)], described),
+        (DOMINANT[i % len(DOMINANT)], LANDCOVER_NAMES[order[0]].capitalize()),
+        (PRESENCE[i % len(PRESENCE)].format(name=LANDCOVER_NAMES[code]), present),
+    ]
+    return [(question, answer, task_of(question)) for question, answer in asked]
+
+
 def write_geochat(root: Path, scenes: list[OpticalScene]) -> dict:
     entries, records = [], {}
     for i, scene in enumerate(scenes):
@@ -231,7 +263,12 @@ def write_geochat(root: Path, scenes: list[OpticalScene]) -> dict:
         question = f"{IMAGE_PLACEHOLDER}\nHow many {label}s are there in the image? Answer in one word or a short phrase."
         entries.append({"id": f"synth_{i}", "image": name,
                         "conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": str(count)}]})  # fmt: skip
-        records[f"synth_{i}"] = {"task": "vqa", "objects": 0}
+        records[f"synth_{i}"] = {"task": "vqa", "objects": 0, "answer": str(count)}
+        for k, (question, answer, task) in enumerate(_scene_questions(scene, i)):
+            entries.append({"id": f"synth_{i}_chat{k}", "image": name,
+                            "conversations": [{"from": "human", "value": f"{IMAGE_PLACEHOLDER}\n{question}"},
+                                              {"from": "gpt", "value": answer}]})  # fmt: skip
+            records[f"synth_{i}_chat{k}"] = {"task": task, "objects": 0, "answer": answer}
         if scene.referring is not None:
             index, phrases = scene.referring
             refer = f"{IMAGE_PLACEHOLDER}\n[refer] give me the location of <p>{phrases[0]}</p>"

@@ -31,23 +31,23 @@ class DemoSettings(StrictConfig):
         vision_hidden=48,
         vision_layers=2,
         vision_heads=2,
-        text_hidden=96,
-        text_layers=3,
+        text_hidden=128,
+        text_layers=4,
         text_heads=4,
         text_kv_heads=4,
-        text_intermediate=256,
+        text_intermediate=384,
         max_position_embeddings=512,
     )
     max_length: int = 512  # tokens per training sample (longer ones are skipped and counted by train.py)
     batch_size: int = Field(default=16, ge=1)
-    stage1_epochs: int = Field(default=4, ge=1)
+    stage1_epochs: int = Field(default=6, ge=1)
     stage1_lr: float = 2e-3
     stage2_epochs: int = Field(default=3, ge=1)
     stage2_lr: float = 1e-3
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
     eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
     max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
-    threads: int = Field(default=2, ge=1)  # torch threads (fixed, so the same seed gives the same numbers)
+    threads: int = Field(default=1, ge=1)  # torch threads, fixed (same seed, same numbers); 1: see docs/demo.md
 
     @classmethod
     def preset(cls, quick: bool, seed: int = 0) -> DemoSettings:

@@ -119,8 +119,8 @@ def test_isaid_masks_and_geochat_conversations_round_trip(synth):
             assert obj.box[0] <= x1 and obj.box[1] <= y1 and obj.box[2] >= x2 and obj.box[3] >= y2
             assert max(x1 - obj.box[0], y1 - obj.box[1], obj.box[2] - x2, obj.box[3] - y2) <= 0.01 + 1e-9
             assert record.referring[0].object_indices == (0,)
-        else:
-            assert record.dialogues[0].turns[1][1].isdigit()
+        else:  # counting VQA and the scene questions (description, dominant land cover, presence)
+            assert record.dialogues[0].turns[1][1] == placed["answer"]
 
 
 def test_land_cover_roads_and_cloud_pairs_round_trip(synth):
