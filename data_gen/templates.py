@@ -13,7 +13,7 @@ import re
 
 from geopilot.data_gen.llm import CallInfo, LLMRequest
 from geopilot.sample import IMAGE_PLACEHOLDER
-from geopilot.vocabulary import class_synonyms, is_known_class
+from geopilot.vocabulary import class_synonyms, default_vocabulary
 
 QUERIES: dict[str, dict[str, list[str]]] = {
     "panoptic_detection": {
@@ -293,9 +293,10 @@ def join_words(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def names_for(canonical: str) -> list[str]:
-    """The ways a query may name a class: its canonical name and its everyday synonyms (geopilot/vocabulary.yaml)."""
-    return [canonical, *class_synonyms(canonical)] if is_known_class(canonical) else [canonical]
+def names_for(label: str) -> list[str]:
+    """The ways a query may name a class: the label itself and its class's everyday synonyms (vocabulary.yaml)."""
+    canonical = default_vocabulary().lookup(label)
+    return list(dict.fromkeys([label, *class_synonyms(canonical)])) if canonical is not None else [label]
 
 
 def _in_words(canonical: str, rng: random.Random) -> str:
@@ -308,7 +309,7 @@ def _reworded(expression: str, labels: list[str], rng: random.Random) -> str:
     if rng.random() < 0.5:
         return expression
     for label in labels:
-        forms = names_for(label) if is_known_class(label) else []
+        forms = names_for(label)
         for form in sorted(forms, key=len, reverse=True):
             found = re.search(rf"\b{re.escape(form)}\b", expression)
             if found:

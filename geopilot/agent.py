@@ -439,20 +439,7 @@ class GeoPilot:
         from geopilot.render import render_turns
         from geopilot.wire import chat_turns, question_text
 
-        if not isinstance(request.query, str) or not request.query.strip():
-            raise GeoPilotInputError("the query is empty; ask a question about the image")
-        if IMAGE_PLACEHOLDER in request.query:
-            raise GeoPilotInputError(
-                f"the query must not contain {IMAGE_PLACEHOLDER!r}; the image is passed separately"
-            )
-        if request.image is None:
-            raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
-        start = time.perf_counter()
-        image = request.image if isinstance(request.image, LoadedImage) else load_image(request.image, self.max_pixels)
-        load_seconds = time.perf_counter() - start
-        messages = _check_history(request.history) + [UserMessage(content=request.query.strip())]
-        if len(messages) == 1:
-            messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{request.query.strip()}")
+        image, messages, load_seconds = checked_request(request, self.max_pixels)
         prompt = render_turns(chat_turns(messages), self.tokenizer, self.image_tokens).input_ids
         limit = self.model.config.text_config.max_position_embeddings
         if len(prompt) >= limit:
@@ -571,6 +558,25 @@ def _rounds(max_rounds: int) -> int:
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0:
         raise GeoPilotInputError(f"max_rounds must be a whole number >= 0, got {max_rounds!r}")
     return max_rounds
+
+
+def checked_request(request: ChatRequest, max_pixels: int) -> tuple[LoadedImage, list, float]:
+    """A request's image (loaded), its conversation so far ending with the query (the image placeholder on the
+    first user turn), and the seconds loading took; bad input raises GeoPilotInputError. Every engine (in-process,
+    `GeoPilot.from_endpoint`) starts a chat here."""
+    if not isinstance(request.query, str) or not request.query.strip():
+        raise GeoPilotInputError("the query is empty; ask a question about the image")
+    if IMAGE_PLACEHOLDER in request.query:
+        raise GeoPilotInputError(f"the query must not contain {IMAGE_PLACEHOLDER!r}; the image is passed separately")
+    if request.image is None:
+        raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
+    start = time.perf_counter()
+    image = request.image if isinstance(request.image, LoadedImage) else load_image(request.image, max_pixels)
+    load_seconds = time.perf_counter() - start
+    messages = _check_history(request.history) + [UserMessage(content=request.query.strip())]
+    if len(messages) == 1:
+        messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{request.query.strip()}")
+    return image, messages, load_seconds
 
 
 def _request(item: ChatRequest | dict, index: int | None = None) -> ChatRequest:

@@ -20,8 +20,6 @@ to start (exit 2).
 from __future__ import annotations
 
 import argparse
-import hmac
-import ipaddress
 import json
 import os
 import sys
@@ -34,6 +32,7 @@ from mcp.server.lowlevel import Server
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
+from geopilot.network import is_loopback, key_matches
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
 
@@ -116,15 +115,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_override_arguments(parser, "device=cpu max_pixels=50000000 'image_roots=[/data/scenes]'")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def http_api_key(host: str, api_key: str | None) -> str | None:
     """The key HTTP requests must carry; refuses a non-loopback bind without one (and warns about it with one)."""
     key = api_key or os.environ.get(API_KEY_ENV) or None
@@ -141,7 +131,7 @@ def http_api_key(host: str, api_key: str | None) -> str | None:
 
 
 class RequireApiKey:
-    """ASGI middleware: 401 unless `Authorization: Bearer KEY` (compared in constant time)."""
+    """ASGI middleware: 401 unless the Authorization header carries the key (geopilot.network.key_matches)."""
 
     def __init__(self, app, key: str):
         self.app, self.key = app, key
@@ -149,8 +139,7 @@ class RequireApiKey:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             headers = dict(scope.get("headers") or [])
-            scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key.encode()):
+            if not key_matches(headers.get(b"authorization", b"").decode("latin-1") or None, self.key):
                 body = json.dumps({"error": "missing or wrong API key (Authorization: Bearer KEY)"}).encode()
                 await send(
                     {

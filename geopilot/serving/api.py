@@ -32,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
+from geopilot.network import key_matches
 from geopilot.serving.batcher import Batcher, Busy, Job
 from geopilot.serving.config import ServeConfig
-from geopilot.serving.security import BodyLimit, ServeError, UrlPolicy, check_image, decode_data_url, key_matches
+from geopilot.serving.security import BodyLimit, ServeError, UrlPolicy, check_image, decode_data_url
 
 log = logging.getLogger("geopilot.serving")
 OPEN_PATHS = {"/health"}

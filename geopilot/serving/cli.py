@@ -12,12 +12,12 @@ here. Without an API key the server only binds to loopback. Bad arguments exit 2
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.network import is_loopback
 
 MIB = 2**20
 
@@ -45,15 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def build_config(args: argparse.Namespace):
     from pydantic import ValidationError
 
@@ -61,7 +52,7 @@ def build_config(args: argparse.Namespace):
     from geopilot.serving.config import ServeConfig
 
     key = args.api_key or os.environ.get("GEOPILOT_API_KEY") or None
-    if key is None and not _loopback(args.host) and args.controller is None:
+    if key is None and not is_loopback(args.host) and args.controller is None:
         raise GeoPilotInputError(f"refusing to serve on {args.host} without an API key (--api-key or GEOPILOT_API_KEY)")
     try:
         return ServeConfig(
@@ -102,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if args.controller:
         from geopilot.serving.worker import serve_worker
 
-        if not _loopback(args.host):
+        if not is_loopback(args.host):
             print("geopilot serve: warning: the FastChat worker protocol has no authentication; keep "
                   f"{args.host}:{args.port} off public networks", file=sys.stderr)
         serve_worker(pilot, config, args.controller, args.host, args.port)

@@ -27,18 +27,17 @@ from geopilot.agent import (
     AnswerStream,
     ChatRequest,
     ChatResult,
-    _check_history,
     _Dialogue,
     _options,
     _Prepared,
     _request,
     _rounds,
+    checked_request,
 )
 from geopilot.chat_template import hf_messages
-from geopilot.errors import GeoPilotError, GeoPilotInputError
+from geopilot.errors import GeoPilotError
 from geopilot.generation import AnswerExtractor, GenerationOptions, Turn
-from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage, load_image
-from geopilot.sample import IMAGE_PLACEHOLDER, UserMessage
+from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.wire import question_text
 
@@ -99,18 +98,7 @@ class EndpointPilot:
     # -- internals ----------------------------------------------------------------------------------------------------
 
     def _prepare(self, request: ChatRequest) -> _Prepared:
-        if not isinstance(request.query, str) or not request.query.strip():
-            raise GeoPilotInputError("the query is empty; ask a question about the image")
-        if IMAGE_PLACEHOLDER in request.query:
-            raise GeoPilotInputError(f"the query must not contain {IMAGE_PLACEHOLDER!r}; the image is passed separately")
-        if request.image is None:
-            raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
-        start = time.perf_counter()
-        image = request.image if isinstance(request.image, LoadedImage) else load_image(request.image, self.max_pixels)
-        load_seconds = time.perf_counter() - start
-        messages = _check_history(request.history) + [UserMessage(content=request.query.strip())]
-        if len(messages) == 1:
-            messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{request.query.strip()}")
+        image, messages, load_seconds = checked_request(request, self.max_pixels)
         return _Prepared(image, messages, question_text(messages[-1]), [], request.modality, load_seconds)
 
     def _run(self, prepared: _Prepared, max_rounds: int, options: GenerationOptions, stream) -> ChatResult:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import io
 import ipaddress
 import re
@@ -34,22 +33,6 @@ class ServeError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": str(self), "type": self.kind, "code": self.code}}
-
-
-def key_matches(authorization: str | None, key: str) -> bool:
-    """True when the Authorization header carries `key` (Bearer, or Basic with any user and the key as password)."""
-    if not authorization:
-        return False
-    scheme, _, value = authorization.partition(" ")
-    scheme, value = scheme.lower(), value.strip()
-    if scheme == "basic":
-        try:
-            value = base64.b64decode(value, validate=True).decode().partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-    elif scheme != "bearer":
-        return False
-    return hmac.compare_digest(value.encode(), key.encode())
 
 
 class BodyLimit:
