@@ -230,11 +230,19 @@ DOMINANT = ["Which land-cover type takes up the most space in this image? Answer
             "What covers most of the ground here?", "Which surface dominates this scene?"]  # fmt: skip
 PRESENCE = ["Is there any {name} visible in the image? Answer yes or no.", "Can you see {name} in this picture?",
             "Does this scene contain {name}?"]  # fmt: skip
+SETTLEMENT = ["Would you describe this place as built-up or as countryside?", "Is this a densely built area?",
+              "Does this look like a town or like open land?"]  # fmt: skip
+USE = ["What could this land be used for?", "What activities probably happen in this area?",
+       "Judging by its look, what is this place for?"]  # fmt: skip
+SENSOR = ["What kind of imagery is this?", "Was this picture taken by a radar or by a camera?",
+          "Which type of sensor produced this image?"]  # fmt: skip
+USES = {1: "little, it is bare", 2: "grazing", 3: "parking and storage", 4: "transport", 5: "forestry", 6: "fishing",
+        7: "farming", 8: "housing"}  # fmt: skip
 
 
 def _scene_questions(scene: OpticalScene, i: int) -> list[tuple[str, str, str]]:
     """GeoChat-Instruct-style tool-free questions answered from what the scene holds: a description, the dominant
-    land cover, and the presence of one land-cover type. (question, answer, GeoChat task) each."""
+    land cover, the presence of one land-cover type, built-up or open, likely use, sensor. (question, answer, task)."""
     from geopilot.data_gen.readers.geochat import task_of
 
     shares = np.bincount(scene.landcover.ravel(), minlength=9)[1:9] / scene.landcover.size
@@ -245,10 +253,15 @@ def _scene_questions(scene: OpticalScene, i: int) -> list[tuple[str, str, str]]:
                  f"{LANDCOVER_NAMES[order[1]]}, crossed by {len(scene.roads)} roads, with {things or 'no vehicles or structures'}.")  # fmt: skip
     code = (1, 2, 3, 5, 6, 7, 8)[i % 7]
     present = "Yes" if shares[code - 1] > 0.01 else "No"
+    built = shares[2] + shares[3] + shares[7]  # developed space, road, buildings
+    settlement = "Built-up: roads and buildings cover much of it." if built > 0.3 else "Mostly open land with a few buildings."
     asked = [
         (DESCRIBE[i % len(DESCRIBE)], described),
         (DOMINANT[i % len(DOMINANT)], LANDCOVER_NAMES[order[0]].capitalize()),
         (PRESENCE[i % len(PRESENCE)].format(name=LANDCOVER_NAMES[code]), present),
+        (SETTLEMENT[i % len(SETTLEMENT)], settlement),
+        (USE[i % len(USE)], f"Mainly {USES[order[0]]} and {USES[order[1]]}."),
+        (SENSOR[i % len(SENSOR)], "An optical image in natural colour, taken from above."),
     ]
     return [(question, answer, task_of(question)) for question, answer in asked]
 

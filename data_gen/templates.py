@@ -229,10 +229,11 @@ QUERIES: dict[str, dict[str, list[str]]] = {
 QUERIES["visual_grounding_sar"] = QUERIES["visual_grounding"]
 # Polite openings and closings people wrap requests in (also around the tool-free caption requests, so they do not
 # signal a tool call). Empty strings keep most queries bare.
-OPENINGS = ["", "", "", "", "Hello there. ", "Good morning! ", "Could you help me out? ", "I have a request. ",
-            "Hey there! ", "Question for you. "]  # fmt: skip
-CLOSINGS = ["", "", "", "", " Thank you!", " Thanks a lot.", " Please be concise.", " Much appreciated.", " No rush.",
-            " Many thanks."]  # fmt: skip
+OPENINGS = ["", "", "", "", "", "", "Hello there. ", "Good morning! ", "Could you help me out? ", "I have a request. ",
+            "Hey there! ", "Question for you. ", "I'm working on a survey. ", "This is for a project. ",
+            "Here is a tile from last week. ", "My manager asked for this. ", "Another one for you. "]  # fmt: skip
+CLOSINGS = ["", "", "", "", "", "", " Thank you!", " Thanks a lot.", " Please be concise.", " Much appreciated.",
+            " No rush.", " Many thanks.", " It's for a report.", " Take your time.", " I need it today."]  # fmt: skip
 
 PLAN_REASONING = [
     "The user asks about {subject}, which I cannot measure reliably by looking alone; {tool} returns exactly that, so I call it.",

@@ -16,16 +16,18 @@ from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import atomic_write
 
-# Seconds per unit of work on an idle 2-core CPU, for the up-front estimate: a third of what was measured on a
-# shared machine at load average ~10 (docs/demo.md), for the default model size.
+# Seconds per unit of work, for the up-front estimate: measured with one torch thread on the shared 2-core machine
+# at load average ~2 (docs/demo.md), per sample-epoch of a width-96 3-layer text model (scaled by width x layers).
 SECONDS_PER_SCENE = 0.15
-SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.1
-SECONDS_PER_EVAL_CASE = 1.5
+SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.02
+SECONDS_PER_EVAL_CASE = 0.4
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
-    optical = 8.75 * settings.optical  # samples generate makes of the scenes (measured: 699 of 80, 347 of 60)
-    sar = 5.8 * settings.sar
+    # samples generate makes of the scenes: per scene 7.74 optical and 1.92 SAR tool samples per samples_per_record,
+    # plus 7 optical (GeoChat-Instruct) and 3.87 SAR (SARLANG-1M) tool-free ones (measured: 3036 of 80, 692 of 60)
+    optical = (7.74 * settings.samples_per_record + 7) * settings.optical
+    sar = (1.92 * settings.samples_per_record + 3.87) * settings.sar
     sample_epochs = optical * settings.stage1_epochs + (sar + settings.alpha * optical) * settings.stage2_epochs
     size = (settings.model.text_hidden / 96) * (settings.model.text_layers / 3)
     return (

@@ -23,7 +23,7 @@ class DemoSettings(StrictConfig):
     seed: int = 0
     optical: int = Field(default=80, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
     sar: int = Field(default=60, ge=4, le=1000)  # synthetic SAR scenes
-    samples_per_record: int = Field(default=3, ge=1, le=20)  # tool samples per (scene, ability): more query wordings
+    samples_per_record: int = Field(default=6, ge=1, le=20)  # tool samples per (scene, ability): more query wordings
     vocab_size: int = Field(default=1536, ge=300)  # the model's own BPE, trained on the generated traces
     model: TinyModelConfig = TinyModelConfig(
         image_size=32,
@@ -40,9 +40,9 @@ class DemoSettings(StrictConfig):
     )
     max_length: int = 512  # tokens per training sample (longer ones are skipped and counted by train.py)
     batch_size: int = Field(default=16, ge=1)
-    stage1_epochs: int = Field(default=6, ge=1)
+    stage1_epochs: int = Field(default=4, ge=1)
     stage1_lr: float = 2e-3
-    stage2_epochs: int = Field(default=3, ge=1)
+    stage2_epochs: int = Field(default=4, ge=1)
     stage2_lr: float = 1e-3
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
     eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
