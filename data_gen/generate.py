@@ -34,6 +34,7 @@ from geopilot.data_gen.abilities import (
     ABILITIES,
     GENERAL,
     Target,
+    is_counting_centred,
     is_grounding_centred,
     plan_target,
     supports,
@@ -212,6 +213,8 @@ def plan_jobs(config: GenerateConfig, readers: dict | None = None) -> Plan:
                             and is_grounding_centred(dialogue)
                         ):
                             plan.skips["grounding_centred"] += 1
+                        elif is_counting_centred(dialogue):
+                            plan.skips["counting_centred"] += 1
                         else:
                             ks.append(k)
                 else:

@@ -23,6 +23,7 @@ import io
 import json
 import math
 import pickle
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -184,6 +185,9 @@ def write_rice(root: Path, scenes: list[OpticalScene]) -> dict:
 ISAID_NAMES = {  # DOTA class -> iSAID's mixed-case category name
     "plane": "plane", "ship": "ship", "small-vehicle": "Small_Vehicle", "large-vehicle": "Large_Vehicle",
     "storage-tank": "storage_tank", "tennis-court": "tennis_court", "swimming-pool": "Swimming_pool",
+    "helicopter": "Helicopter", "bridge": "Bridge", "harbor": "Harbor", "roundabout": "Roundabout",
+    "baseball-diamond": "baseball_diamond", "basketball-court": "basketball_court",
+    "ground-track-field": "Ground_Track_Field", "soccer-ball-field": "Soccer_ball_field",
 }  # fmt: skip
 ISAID_ORDER = ("ship", "storage_tank", "baseball_diamond", "tennis_court", "basketball_court", "Ground_Track_Field",
                "Bridge", "Large_Vehicle", "Small_Vehicle", "Helicopter", "Swimming_pool", "Roundabout",
@@ -225,45 +229,72 @@ LANDCOVER_NAMES = {1: "bare land", 2: "rangeland", 3: "developed space", 4: "roa
                    7: "agricultural land", 8: "buildings"}  # fmt: skip
 DESCRIBE = ["Describe the image in detail.", "Give a detailed description of this aerial image.",
             "Write a short caption for this image.", "What is shown in this satellite image?",
-            "Can you tell me what this overhead picture contains?"]  # fmt: skip
+            "Can you tell me what this overhead picture contains?", "Describe what you see in this image.",
+            "Give me a brief overview of this area.", "What does this image show?", "Caption this aerial photo.",
+            "Tell me about this scene in a few words.", "Write one line describing this overhead image.",
+            "What is going on in this picture?", "Sum up this scene for me."]  # fmt: skip
 DOMINANT = ["Which land-cover type takes up the most space in this image? Answer in one word or a short phrase.",
-            "What covers most of the ground here?", "Which surface dominates this scene?"]  # fmt: skip
+            "What covers most of the ground here?", "Which surface dominates this scene?",
+            "What is the prevailing land cover here?", "Which kind of ground cover is most common in this image?",
+            "What surface type covers the largest part of this picture?", "What does most of this area consist of?",
+            "Which land-use class prevails in this tile?"]  # fmt: skip
 PRESENCE = ["Is there any {name} visible in the image? Answer yes or no.", "Can you see {name} in this picture?",
-            "Does this scene contain {name}?"]  # fmt: skip
+            "Does this scene contain {name}?", "Is any {name} visible here?", "Do you see {name} in this image?",
+            "Is there {name} anywhere in this scene?"]  # fmt: skip
 SETTLEMENT = ["Would you describe this place as built-up or as countryside?", "Is this a densely built area?",
-              "Does this look like a town or like open land?"]  # fmt: skip
+              "Does this look like a town or like open land?", "Is this place a town or countryside?",
+              "Would you call this an urban area?", "Does this area look rural to you?",
+              "Is this a built-up or a rural landscape?", "City or countryside: which is this?"]  # fmt: skip
 USE = ["What could this land be used for?", "What activities probably happen in this area?",
-       "Judging by its look, what is this place for?"]  # fmt: skip
+       "Judging by its look, what is this place for?", "What is this area probably used for?",
+       "What purpose does this land seem to serve?", "What is the likely function of this place?",
+       "How do people probably use this area?"]  # fmt: skip
 SENSOR = ["What kind of imagery is this?", "Was this picture taken by a radar or by a camera?",
-          "Which type of sensor produced this image?"]  # fmt: skip
+          "Which type of sensor produced this image?", "Is this an optical photo or a radar image?",
+          "What sort of sensor took this picture?", "What kind of image is this: optical or SAR?",
+          "Which imaging technology produced this scene?"]  # fmt: skip
+TERRAIN = ["What type of landscape is this?", "How would you characterise the terrain here?",
+           "What landscape does this image show?", "Is the land here mostly farmland, forest, water or town?"]  # fmt: skip
+IMPRESSION = ["Without using any tools, what is your impression of this scene?",
+              "Just by looking, what would you say this area is like?",
+              "Don't run any analysis; just tell me your overall view of this place.",
+              "At a glance, what kind of place is this?"]  # fmt: skip
 USES = {1: "little, it is bare", 2: "grazing", 3: "parking and storage", 4: "transport", 5: "forestry", 6: "fishing",
         7: "farming", 8: "housing"}  # fmt: skip
 
 
 def _scene_questions(scene: OpticalScene, i: int) -> list[tuple[str, str, str]]:
     """GeoChat-Instruct-style tool-free questions answered from what the scene holds: a description, the dominant
-    land cover, the presence of one land-cover type, built-up or open, likely use, sensor. (question, answer, task)."""
+    land cover, the presence of one land-cover type, built-up or open, likely use, sensor, terrain, an overall
+    impression; each worded at random from a pool and, like the tool requests, often wrapped in a greeting and a
+    sign-off (so a greeting never signals a tool call). (question, answer, task)."""
     from geopilot.data_gen.readers.geochat import task_of
+    from geopilot.data_gen.wording import wrap
 
+    rng = random.Random(i)
     shares = np.bincount(scene.landcover.ravel(), minlength=9)[1:9] / scene.landcover.size
     order = [int(c) + 1 for c in np.argsort(-shares, kind="stable")]
     counts = Counter(o.label.replace("-", " ") for o in scene.objects)
     things = ", ".join(f"{n} {label if n == 1 else label + 's'}" for label, n in sorted(counts.items()))
-    described = (f"An overhead view of a mixed area, mostly {LANDCOVER_NAMES[order[0]]} and "
-                 f"{LANDCOVER_NAMES[order[1]]}, crossed by {len(scene.roads)} roads, with {things or 'no vehicles or structures'}.")  # fmt: skip
+    mostly = f"mostly {LANDCOVER_NAMES[order[0]]} and {LANDCOVER_NAMES[order[1]]}"
+    described = (f"An overhead view of a mixed area, {mostly}, crossed by {len(scene.roads)} roads, "
+                 f"with {things or 'no vehicles or structures'}.")  # fmt: skip
     code = (1, 2, 3, 5, 6, 7, 8)[i % 7]
     present = "Yes" if shares[code - 1] > 0.01 else "No"
     built = shares[2] + shares[3] + shares[7]  # developed space, road, buildings
     settlement = "Built-up: roads and buildings cover much of it." if built > 0.3 else "Mostly open land with a few buildings."
     asked = [
-        (DESCRIBE[i % len(DESCRIBE)], described),
-        (DOMINANT[i % len(DOMINANT)], LANDCOVER_NAMES[order[0]].capitalize()),
-        (PRESENCE[i % len(PRESENCE)].format(name=LANDCOVER_NAMES[code]), present),
-        (SETTLEMENT[i % len(SETTLEMENT)], settlement),
-        (USE[i % len(USE)], f"Mainly {USES[order[0]]} and {USES[order[1]]}."),
-        (SENSOR[i % len(SENSOR)], "An optical image in natural colour, taken from above."),
+        (rng.choice(DESCRIBE), described),
+        (rng.choice(DOMINANT), LANDCOVER_NAMES[order[0]].capitalize()),
+        (rng.choice(PRESENCE).format(name=LANDCOVER_NAMES[code]), present),
+        (rng.choice(SETTLEMENT), settlement),
+        (rng.choice(USE), f"Mainly {USES[order[0]]} and {USES[order[1]]}."),
+        (rng.choice(SENSOR), "An optical image in natural colour, taken from above."),
+        (rng.choice(TERRAIN), f"A mixed landscape, {mostly}."),
+        (rng.choice(IMPRESSION), f"A {'built-up' if built > 0.3 else 'mostly open'} area, {mostly}."),
+        (rng.choice(DESCRIBE), described),
     ]
-    return [(question, answer, task_of(question)) for question, answer in asked]
+    return [(wrap(question, rng), answer, task_of(question)) for question, answer in asked]
 
 
 def write_geochat(root: Path, scenes: list[OpticalScene]) -> dict:
@@ -334,6 +365,29 @@ def _plural(label: str) -> str:
     return label if label == "aircraft" else f"{label}s"
 
 
+SAR_QUESTIONS = [  # (question, answer or None for the scene-dependent ones, SARLANG-style type)
+    ("What kind of sensor captured this image?", "A synthetic aperture radar (SAR).", "sensor"),
+    ("Is this a radar image or an optical photograph?", "A radar (SAR) image.", "sensor"),
+    ("Does this scene include a coastline?", "Yes, the sea meets the land along a wavy coast.", "presence"),
+    ("Which side of the image is sea?", "The left side: the dark, smooth area is water.", "scene"),
+    ("Is most of this scene water or land?", None, "scene"),
+    ("Would you call this area urban or natural?", "Mostly natural coast, with a few man-made targets.", "scene"),
+    ("What does the dark, smooth region show?", "Calm sea, which returns little radar energy.", "scene"),
+    ("Why do some spots look so bright here?", "Metal structures and corners reflect radar strongly.", "scene"),
+]
+
+
+def _sar_questions(scene: SarScene, i: int) -> list[tuple[str, str, str]]:
+    """Three tool-free questions per scene (sensor, coast, sea or land, look), answered from what it holds and often
+    wrapped in a greeting and a sign-off, like the requests."""
+    from geopilot.data_gen.wording import wrap
+
+    rng = random.Random(f"sar-{i}")
+    picked = [SAR_QUESTIONS[(3 * i + k) % len(SAR_QUESTIONS)] for k in range(3)]
+    water = "Mostly water." if scene.sea_fraction > 0.5 else "Mostly land."
+    return [(wrap(question, rng), answer or water, kind) for question, answer, kind in picked]
+
+
 def write_sarlang(root: Path, scenes: list[SarScene]) -> dict:
     captions, questions, records = [], [], {}
     for i, scene in enumerate(scenes):
@@ -344,7 +398,9 @@ def write_sarlang(root: Path, scenes: list[SarScene]) -> dict:
         captions.append([name, f"A SAR image of a coastline, showing {listed or 'no targets'}."])
         for label in sorted(counts):
             questions.append([name, f"How many {_plural(label)} are in the image?", str(counts[label]), "counting"])
-        records[name[:-4]] = {"dialogues": 1 + len(counts)}
+        asked = _sar_questions(scene, i)
+        questions += [[name, question, answer, kind] for question, answer, kind in asked]
+        records[name[:-4]] = {"dialogues": 1 + len(counts) + len(asked)}
     _csv(root / "Text" / "caption" / "Caption-training.csv", ["image_name", "caption"], captions)
     _csv(root / "Text" / "VQA" / "SARVQA1_train.csv", ["image_name", "question", "answer", "type"], questions)
     return {"reader": "sarlang", "root": "SARLANG-1M", "split": "train", "records": records}

@@ -55,8 +55,9 @@ RECT = ((-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5))
 CROSS = ((-0.5, -0.06), (-0.05, -0.06), (-0.05, -0.5), (0.08, -0.5), (0.08, -0.06), (0.5, -0.06),
          (0.5, 0.06), (0.08, 0.06), (0.08, 0.5), (-0.05, 0.5), (-0.05, 0.06), (-0.5, 0.06))  # fmt: skip
 HULL = ((-0.5, -0.3), (0.3, -0.5), (0.5, 0.0), (0.3, 0.5), (-0.5, 0.3))
+DIAMOND = ((0.0, -0.5), (0.5, 0.0), (0.0, 0.5), (-0.5, 0.0))
 
-# DOTA v1.0 class names exactly as DOTA writes them.
+# DOTA v1.0 class names exactly as DOTA writes them (all 15, so every class is asked about and found).
 OPTICAL_SHAPES = {
     "plane": Shape((28, 36), (26, 32), (225, 225, 230), CROSS),
     "ship": Shape((30, 44), (8, 12), (235, 235, 235), HULL),
@@ -65,7 +66,20 @@ OPTICAL_SHAPES = {
     "storage-tank": Shape((16, 24), (16, 24), (245, 245, 240), _circle()),
     "tennis-court": Shape((24, 28), (12, 14), (60, 140, 90), RECT),
     "swimming-pool": Shape((16, 24), (10, 14), (60, 190, 230), RECT),
+    "helicopter": Shape((18, 24), (16, 22), (85, 95, 60), CROSS),
+    "bridge": Shape((48, 64), (7, 10), (175, 170, 160), RECT),
+    "harbor": Shape((34, 44), (18, 24), (115, 115, 125), RECT),
+    "roundabout": Shape((22, 28), (22, 28), (105, 105, 105), _circle()),
+    "baseball-diamond": Shape((24, 30), (24, 30), (195, 145, 95), DIAMOND),
+    "basketball-court": Shape((16, 20), (9, 11), (205, 120, 60), RECT),
+    "ground-track-field": Shape((44, 52), (26, 32), (175, 65, 55), _circle()),
+    "soccer-ball-field": Shape((36, 44), (22, 28), (45, 165, 60), RECT),
 }
+# What a referring expression may call a class's look (the colour it is painted in).
+OPTICAL_COLOURS = {"plane": "white", "ship": "white", "small-vehicle": "blue", "large-vehicle": "yellow",
+                   "storage-tank": "white", "tennis-court": "green", "swimming-pool": "blue", "helicopter": "olive",
+                   "bridge": "grey", "harbor": "grey", "roundabout": "grey", "baseball-diamond": "brown",
+                   "basketball-court": "orange", "ground-track-field": "red", "soccer-ball-field": "green"}  # fmt: skip
 # SARDet-100K class names; colour[0] is the backscatter intensity.
 SAR_SHAPES = {
     "ship": Shape((24, 40), (6, 10), (230, 0, 0), HULL),
@@ -115,6 +129,7 @@ class SarScene:
     amplitude: np.ndarray  # (H, W) float amplitude, speckled
     objects: list[PlacedObject] = field(default_factory=list)
     sixteen_bit: bool = False
+    sea_fraction: float = 0.0  # share of the scene that is sea (left of the coast)
 
 
 def _transform(outline, centre: Point, length: float, width: float, angle: float) -> list[Point]:
@@ -173,16 +188,47 @@ def _position(centre: Point) -> str:
     return "centre" if (row, col) == ("middle", "centre") else f"{row} {col}" if row != "middle" else f"middle {col}"
 
 
-def _referring(objects: list[PlacedObject]) -> tuple[int, list[str]] | None:
-    """An object that its class and position name uniquely, with two phrasings."""
-    described = [(o.label.replace("-", " "), _position(o.centre)) for o in objects]
-    for index, (name, position) in enumerate(described):
-        if [d[0] for d in described].count(name) == 1:
-            return index, [f"the {name} in the {position}", f"{name} located at the {position} of the image"]
-    for index, description in enumerate(described):
-        if described.count(description) == 1:
-            name, position = description
-            return index, [f"the {name} in the {position}", f"the {position} {name}"]
+AREA_WORDS = {"centre": ["in the centre", "at the centre of the image", "near the middle", "in the middle of the scene"],
+              "upper centre": ["near the top", "at the top of the image", "in the upper centre"],
+              "lower centre": ["near the bottom", "at the bottom of the image", "in the lower centre"],
+              "middle left": ["on the left side", "in the middle left", "towards the left edge"],
+              "middle right": ["on the right side", "in the middle right", "towards the right edge"]}  # fmt: skip
+
+
+def _where(position: str, rng: np.random.Generator) -> str:
+    """A position ("upper left") said one of several ways ("in the upper left", "in the upper-left corner")."""
+    if position in AREA_WORDS:
+        options = AREA_WORDS[position]
+    else:
+        options = [f"in the {position}", f"at the {position}", f"in the {position.replace(' ', '-')} corner",
+                   f"towards the {position}", f"in the {position} part of the image"]  # fmt: skip
+    return options[int(rng.integers(len(options)))]
+
+
+def _referring(objects: list[PlacedObject], rng: np.random.Generator) -> tuple[int, list[str]] | None:
+    """An object that its class, look, size or position names uniquely, with two phrasings (RiSBench-style: class
+    noun plus colour, size or position words)."""
+    names = [o.label.replace("-", " ") for o in objects]
+    positions = [_position(o.centre) for o in objects]
+    areas = [(o.bounds[2] - o.bounds[0]) * (o.bounds[3] - o.bounds[1]) for o in objects]
+    order = [int(i) for i in rng.permutation(len(objects))]
+    for index in order:  # a class seen once: its name (with look or position) is enough
+        if names.count(names[index]) == 1:
+            name, colour = names[index], OPTICAL_COLOURS.get(objects[index].label, "")
+            where = _where(positions[index], rng)
+            return index, [f"the {colour} {name} {where}".replace("  ", " "), f"{name} located at the {positions[index]} of the image"]
+    for index in order:  # the largest or smallest of its class
+        same = [i for i in range(len(objects)) if names[i] == names[index]]
+        sizes = sorted(areas[i] for i in same)
+        if areas[index] == sizes[-1] and sizes[-1] > 1.3 * sizes[-2]:
+            return index, [f"the largest {names[index]}", f"the biggest {names[index]} {_where(positions[index], rng)}"]
+        if areas[index] == sizes[0] and sizes[1] > 1.3 * sizes[0]:
+            return index, [f"the smallest {names[index]}", f"the smallest {names[index]} {_where(positions[index], rng)}"]
+    described = list(zip(names, positions, strict=True))
+    for index in order:
+        if described.count(described[index]) == 1:
+            name, position = described[index]
+            return index, [f"the {name} {_where(position, rng)}", f"the {position} {name}"]
     return None
 
 
@@ -211,18 +257,18 @@ def optical_scene(rng: np.random.Generator) -> OpticalScene:
     texture = rng.normal(0, 8, size=(SIZE, SIZE, 3)) + 20 * (_smooth_noise(rng, 16)[..., None] - 0.5)
     image = Image.fromarray(np.clip(palette[landcover] + texture, 0, 255).astype(np.uint8))
 
-    def allowed(label: str, centre: Point) -> bool:  # ships on water, everything else on land
+    def allowed(label: str, centre: Point) -> bool:  # ships on water, bridges and harbours anywhere, the rest on land
         on_water = bool(landcover[int(centre[1]), int(centre[0])] == 6)
-        return on_water if label == "ship" else not on_water
+        return on_water if label == "ship" else True if label in ("bridge", "harbor") else not on_water
 
-    objects = _place(rng, OPTICAL_SHAPES, int(rng.integers(3, 8)), taken, allowed)
+    objects = _place(rng, OPTICAL_SHAPES, int(rng.integers(4, 10)), taken, allowed)
     draw = ImageDraw.Draw(image)
     for obj in objects:
         draw.polygon(obj.outline, fill=OPTICAL_SHAPES[obj.label].colour, outline=(20, 20, 20))
     clear = np.asarray(image, dtype=np.uint8)
     cloud = np.clip((_smooth_noise(rng, 6) - 0.45) * 3.0, 0.0, 1.0)[..., None]
     cloudy = np.clip(clear * (1 - cloud) + 240.0 * cloud, 0, 255).astype(np.uint8)
-    return OpticalScene(clear, cloudy, landcover, roads, objects, _referring(objects))
+    return OpticalScene(clear, cloudy, landcover, roads, objects, _referring(objects, rng))
 
 
 def sar_scene(rng: np.random.Generator, sixteen_bit: bool) -> SarScene:
@@ -245,4 +291,4 @@ def sar_scene(rng: np.random.Generator, sixteen_bit: bool) -> SarScene:
     intensity = np.maximum(intensity, targets)
     looks = 3.0
     speckle = rng.gamma(looks, 1.0 / looks, size=(SIZE, SIZE))  # multiplicative, mean 1
-    return SarScene(np.sqrt(intensity * speckle), objects, sixteen_bit)
+    return SarScene(np.sqrt(intensity * speckle), objects, sixteen_bit, float(sea.mean()))

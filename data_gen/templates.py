@@ -12,6 +12,7 @@ import random
 import re
 
 from geopilot.data_gen.llm import CallInfo, LLMRequest
+from geopilot.data_gen.wording import compose, wrap
 from geopilot.sample import IMAGE_PLACEHOLDER
 from geopilot.vocabulary import class_synonyms, default_vocabulary
 
@@ -227,14 +228,6 @@ QUERIES: dict[str, dict[str, list[str]]] = {
     },
 }
 QUERIES["visual_grounding_sar"] = QUERIES["visual_grounding"]
-# Polite openings and closings people wrap requests in (also around the tool-free caption requests, so they do not
-# signal a tool call). Empty strings keep most queries bare.
-OPENINGS = ["", "", "", "", "", "", "Hello there. ", "Good morning! ", "Could you help me out? ", "I have a request. ",
-            "Hey there! ", "Question for you. ", "I'm working on a survey. ", "This is for a project. ",
-            "Here is a tile from last week. ", "My manager asked for this. ", "Another one for you. "]  # fmt: skip
-CLOSINGS = ["", "", "", "", "", "", " Thank you!", " Thanks a lot.", " Please be concise.", " Much appreciated.",
-            " No rush.", " Many thanks.", " It's for a report.", " Take your time.", " I need it today."]  # fmt: skip
-
 PLAN_REASONING = [
     "The user asks about {subject}, which I cannot measure reliably by looking alone; {tool} returns exactly that, so I call it.",
     "To answer this I need {subject}. The {tool} tool provides it, so I will run it on the image.",
@@ -333,10 +326,6 @@ def _slots(facts: dict, rng: random.Random | None = None) -> dict[str, str]:
     }
 
 
-def _wrapped(query: str, rng: random.Random) -> str:
-    return rng.choice(OPENINGS) + _sentence(query) + rng.choice(CLOSINGS)
-
-
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -417,11 +406,13 @@ class TemplateClient:
     def reply(self, stage: str, facts: dict, seed: int) -> dict:
         rng = random.Random(seed)
         if stage == "plan":
-            query = rng.choice(QUERIES[facts["ability"]][facts["difficulty"]]).format(**_slots(facts, rng))
+            ability, difficulty = facts["ability"], facts["difficulty"]
+            frame = rng.choice(QUERIES[ability][difficulty]) if rng.random() < 0.3 else compose(ability, difficulty, rng)
+            query = frame.format(**_slots(facts, rng))
             subject = TOOL_SUBJECT[facts["tool"]].format(**_slots(facts))
             reasoning = rng.choice(PLAN_REASONING).format(subject=subject, tool=facts["tool"])
             return {
-                "query": _wrapped(query, rng),
+                "query": wrap(query, rng),
                 "reasoning": reasoning,
                 "actions": [{"tool": facts["tool"], "params": facts.get("params", {})}],
             }
@@ -435,7 +426,7 @@ class TemplateClient:
             questions = [text for role, text in facts["turns"] if role == "user"]
             return {"reasoning": [rng.choice(DIALOGUE_REASONING).format(question=_short(q)) for q in questions]}
         if stage == "caption_dialogue":
-            return {"query": _wrapped(rng.choice(CAPTION_QUERIES), rng), "reasoning": rng.choice(CAPTION_REASONING)}
+            return {"query": wrap(rng.choice(CAPTION_QUERIES), rng), "reasoning": rng.choice(CAPTION_REASONING)}
         raise ValueError(f"unknown stage {stage!r}")
 
 

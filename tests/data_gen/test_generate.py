@@ -170,7 +170,7 @@ def load_samples_list(path: Path) -> list:
     return list(load_samples(path))
 
 
-def test_geochat_instruct_file_keeps_non_grounding_dialogues(tmp_path):
+def test_geochat_instruct_file_keeps_dialogues_that_are_neither_grounding_nor_counting(tmp_path):
     from PIL import Image
 
     root = tmp_path / "GeoChat"
@@ -190,6 +190,9 @@ def test_geochat_instruct_file_keeps_non_grounding_dialogues(tmp_path):
         {"id": "airport_12", "image": "airport_12.jpg", "conversations": [
             {"from": "human", "value": "<image>\nClassify the given image in one of the following classes. Classes: airport, beach. Answer in one word or a short phrase."},
             {"from": "gpt", "value": "airport"}]},
+        {"id": "airport_12", "image": "airport_12.jpg", "conversations": [
+            {"from": "human", "value": "<image>\nHow many planes are there in the image? Answer in one word or a short phrase."},
+            {"from": "gpt", "value": "3"}]},
     ]  # fmt: skip
     (root / "GeoChat_Instruct.json").write_text(json.dumps(entries))
     config = GenerateConfig(
@@ -202,6 +205,7 @@ def test_geochat_instruct_file_keeps_non_grounding_dialogues(tmp_path):
         "geochat-instruct/airport_12/general_understanding/0",
     ]
     assert result.report["generator_skips_by_cause"]["grounding_centred"] == 2
+    assert result.report["generator_skips_by_cause"]["counting_centred"] == 1  # the detectors count; no guessed count
     assert all(s.messages[1].reasoning and s.messages[1].value in {"Urban", "airport"} for s in samples)
 
 
