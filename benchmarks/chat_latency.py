@@ -18,13 +18,15 @@ verdict is "noisy, rerun" (benchmarks/rounds.py):
    GeoPilot.chat. overhead = tool-query latency - tool time - direct latency; target: <= answer-turn time + 10%.
 3. an answer that quotes the three boxes of the tool output: the whole answer turn with KV reuse + prompt-lookup
    speculation (`GenerationOptions.prompt_lookup_tokens`, drawn from the tool turn) vs the LLaVA-Plus re-prefill.
-   Target: >= 2x. Also shown: KV reuse without lookup, so the gain of each part is visible.
+   Target: >= 2x. Also shown: KV reuse without lookup, so the gain of each part is visible, and the lookup turn's
+   forward passes and accepted proposals.
 Measurements 1 and 2 decode without lookup, so they show KV reuse alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -37,7 +39,7 @@ from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folde
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from geopilot.agent import GeoPilot
-from geopilot.generation import GenerationOptions, KVSession
+from geopilot.generation import GenerationOptions, KVSession, LookupStats
 from geopilot.model import ModelConfig, TinyModelConfig, build_model, num_image_tokens
 from geopilot.render import render_turns, user_turn_text
 from geopilot.sample import Action, AssistantMessage
@@ -140,8 +142,9 @@ def _sync(device) -> None:
 
 def answer_turn_seconds(
     model, processor, image, reuse: bool, answer_tokens: int, answer: AssistantMessage | None = None, lookup: int = 0
-) -> tuple[float, int]:
-    """Seconds of the answer-turn generate call (after a think turn), and the tokens it prefilled."""
+) -> tuple[float, int, LookupStats | None]:
+    """Seconds of the answer-turn generate call (after a think turn), the tokens it prefilled, and what lookup
+    speculation did (None without it)."""
     tok = processor.tokenizer
     prompt = render_turns([("user", f"<image>\n{QUESTION}")], tok, num_image_tokens(model.config)).input_ids
     pixels = processor.image_processor([image], return_tensors="pt")["pixel_values"]
@@ -162,7 +165,7 @@ def answer_turn_seconds(
     start = time.perf_counter()
     [turn] = session.generate([0], [tail])
     _sync(model.device)
-    return time.perf_counter() - start, turn.new_input_tokens
+    return time.perf_counter() - start, turn.new_input_tokens, turn.lookup
 
 
 def chat_seconds(model, processor, image, texts: list[str], reuse: bool = True) -> tuple[float, object]:
@@ -179,13 +182,13 @@ def chat_seconds(model, processor, image, texts: list[str], reuse: bool = True) 
 
 def measure_once(model, processor, image) -> dict:
     """One interleaved round of every measurement, so load changes on a shared machine hit all of them alike."""
-    reuse, prefilled_reuse = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS)
-    reprefill, prefilled_reprefill = answer_turn_seconds(model, processor, image, False, MAX_NEW_TOKENS)
-    first_reuse, _ = answer_turn_seconds(model, processor, image, True, 1)
-    first_reprefill, _ = answer_turn_seconds(model, processor, image, False, 1)
-    quote_lookup, _ = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS, QUOTE, LOOKUP_TOKENS)
-    quote_reuse, _ = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS, QUOTE)
-    quote_reprefill, _ = answer_turn_seconds(model, processor, image, False, MAX_NEW_TOKENS, QUOTE)
+    reuse, prefilled_reuse, _ = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS)
+    reprefill, prefilled_reprefill, _ = answer_turn_seconds(model, processor, image, False, MAX_NEW_TOKENS)
+    first_reuse, _, _ = answer_turn_seconds(model, processor, image, True, 1)
+    first_reprefill, _, _ = answer_turn_seconds(model, processor, image, False, 1)
+    quote_lookup, _, lookup = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS, QUOTE, LOOKUP_TOKENS)
+    quote_reuse, _, _ = answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS, QUOTE)
+    quote_reprefill, _, _ = answer_turn_seconds(model, processor, image, False, MAX_NEW_TOKENS, QUOTE)
     direct, direct_result = chat_seconds(model, processor, image, [assistant_json(ANSWER)])
     tool, tool_result = chat_seconds(model, processor, image, [assistant_json(PLAN), assistant_json(ANSWER)])
     no_reuse, no_reuse_result = chat_seconds(
@@ -219,6 +222,7 @@ def measure_once(model, processor, image) -> dict:
         "quote_answer_speedup": quote_reprefill / quote_lookup,
         "quote_lookup_gain": quote_reuse / quote_lookup,
         "_counts": (prefilled_reuse, prefilled_reprefill, tool_result.tokens.prompt, think_tokens, answer_tokens),
+        "_lookup": dataclasses.asdict(lookup),  # the same in every round: greedy decoding is deterministic
     }
 
 
@@ -295,6 +299,12 @@ def print_report(report: dict) -> None:
     print(f"{'  speed-up vs re-prefill':34}{spread['quote_answer_speedup'].describe()}")
     print(f"{'  target >= 2x':34}{m['target_quote_speedup_2x']}")
     print(f"{'  lookup alone (vs reuse)':34}{spread['quote_lookup_gain'].describe()}")
+    if (lookup := m.get("quote_lookup")) is not None:
+        print(
+            f"{'  lookup forward passes':34}{lookup['forwards']:12d} for {lookup['generated']} tokens "
+            f"({lookup['generated'] / lookup['forwards']:.2f} a pass; {lookup['accepted']} of {lookup['proposed']} "
+            "proposed tokens accepted)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     answer_turn_seconds(model, processor, image, True, MAX_NEW_TOKENS)  # warm-up
     rounds = [measure_once(model, processor, image) for _ in range(args.repeats)]
     prefilled_reuse, prefilled_reprefill, prompt_tokens, think_tokens, answer_tokens = rounds[0]["_counts"]
+    quote_lookup = rounds[0]["_lookup"]
     for each in rounds:
-        each.pop("_counts")
+        del each["_counts"], each["_lookup"]
     report = {
         "device": args.device,
         "dtype": args.dtype,
@@ -329,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "answer_tokens": answer_tokens,
         "answer_turn_prefilled_tokens_reuse": prefilled_reuse,
         "answer_turn_prefilled_tokens_reprefill": prefilled_reprefill,
+        "quote_lookup": quote_lookup,
         **summarize(rounds, args.max_spread),
         "rounds": rounds,
     }

@@ -16,6 +16,10 @@ inferred from the pixels (`geopilot.image.infer_modality`: no colour -> SAR) and
     pilot = GeoPilot.from_pretrained("runs/geopilot", device="cuda", dtype="bfloat16")
     result = pilot.chat("scene.png", "How many planes are on the apron?")
     print(result.answer, result.timings)
+
+Another engine runs the same loop through this module's public seam: `to_chat_request`, `checked_rounds`,
+`checked_options`, `checked_request`, `PreparedRequest` and `Dialogue` (fed one generated turn at a time);
+`geopilot.serving.endpoint` generates the turns on an OpenAI-compatible server with them.
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ class ChatRequest(BaseModel):
     modality: Modality | None = None  # None: inferred from the image, and tool calls are not gated by it
 
 
-class _Prepared:
+class PreparedRequest:
     """A request checked and rendered: everything the loop needs, nothing left to fail on user input."""
 
     def __init__(
@@ -157,12 +161,12 @@ class _Prepared:
         self.modality = declared or infer_modality(image)
 
 
-class _Dialogue:
+class Dialogue:
     """The loop for one request, fed one generated turn at a time; says what the model reads next."""
 
     def __init__(
         self,
-        request: _Prepared,
+        request: PreparedRequest,
         registry: ToolRegistry,
         max_rounds: int,
         tool_timeout_s: float | None,
@@ -403,8 +407,9 @@ class GeoPilot:
     ) -> ChatResult:
         """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded.
         `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating."""
-        prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
-        return self._run([prepared], _rounds(max_rounds), _options(generation), stream)[0]
+        request = {"image": image, "query": query, "history": history, "modality": modality}
+        prepared = self._prepare(to_chat_request(request))
+        return self._run([prepared], checked_rounds(max_rounds), checked_options(generation), stream)[0]
 
     def chat_batch(
         self,
@@ -415,8 +420,8 @@ class GeoPilot:
         """Many requests in one batch (left-padded, one KV cache); results in request order."""
         if not requests:
             return []
-        prepared = [self._prepare(_request(r, i)) for i, r in enumerate(requests)]
-        return self._run(prepared, _rounds(max_rounds), _options(generation), None)
+        prepared = [self._prepare(to_chat_request(r, i)) for i, r in enumerate(requests)]
+        return self._run(prepared, checked_rounds(max_rounds), checked_options(generation), None)
 
     def chat_stream(
         self,
@@ -429,13 +434,14 @@ class GeoPilot:
     ) -> AnswerStream:
         """Like `chat`, as an iterator of answer text pieces; `.result` holds the ChatResult once it is exhausted.
         Input errors raise here, before any generation."""
-        prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
-        options, max_rounds = _options(generation), _rounds(max_rounds)
+        request = {"image": image, "query": query, "history": history, "modality": modality}
+        prepared = self._prepare(to_chat_request(request))
+        options, max_rounds = checked_options(generation), checked_rounds(max_rounds)
         return AnswerStream(lambda on_text: self._run([prepared], max_rounds, options, on_text)[0])
 
     # -- internals ----------------------------------------------------------------------------------------------------
 
-    def _prepare(self, request: ChatRequest) -> _Prepared:
+    def _prepare(self, request: ChatRequest) -> PreparedRequest:
         from geopilot.render import render_turns
         from geopilot.wire import chat_turns, question_text
 
@@ -446,9 +452,11 @@ class GeoPilot:
             raise GeoPilotInputError(
                 f"the prompt is {len(prompt)} tokens, over the model's context of {limit}; shorten the history"
             )
-        return _Prepared(image, messages, question_text(messages[-1]), prompt, request.modality, load_seconds)
+        return PreparedRequest(image, messages, question_text(messages[-1]), prompt, request.modality, load_seconds)
 
-    def _run(self, prepared: list[_Prepared], max_rounds: int, options: GenerationOptions, stream) -> list[ChatResult]:
+    def _run(
+        self, prepared: list[PreparedRequest], max_rounds: int, options: GenerationOptions, stream
+    ) -> list[ChatResult]:
         from geopilot.batch import pixel_values
         from geopilot.render import user_turn_text
         from geopilot.tokenizer import encode_text
@@ -460,7 +468,7 @@ class GeoPilot:
         session = self.session_factory([p.prompt for p in prepared], pixels, options)
         deadline = None if self.chat_timeout_s is None else time.monotonic() + self.chat_timeout_s
         dialogues = [
-            _Dialogue(p, registry, max_rounds, self.tool_timeout_s, self.max_tool_calls, deadline) for p in prepared
+            Dialogue(p, registry, max_rounds, self.tool_timeout_s, self.max_tool_calls, deadline) for p in prepared
         ]
         context = self.model.config.text_config.max_position_embeddings
         pending: dict[int, list[int] | None] = dict.fromkeys(range(len(prepared)))
@@ -486,7 +494,7 @@ class GeoPilot:
 
     def _turn_room(
         self,
-        dialogues: list[_Dialogue], pending: dict[int, list[int] | None], context: int, deadline: float | None
+        dialogues: list[Dialogue], pending: dict[int, list[int] | None], context: int, deadline: float | None
     ) -> dict[int, int]:
         """Tokens each pending row may generate next; rows past the deadline or without room are ended here."""
         room = {}
@@ -507,7 +515,7 @@ class GeoPilot:
         return room
 
 
-def _take_all(dialogues: list[_Dialogue], rows: list[int], turns: list[Turn]) -> list[str | None]:
+def _take_all(dialogues: list[Dialogue], rows: list[int], turns: list[Turn]) -> list[str | None]:
     """Feed each row its generated turn; the tool calls of different rows (requests) run concurrently, so one
     request's slow tool does not hold up the others' (the calls of one plan still run in order)."""
     if len(rows) == 1:
@@ -544,7 +552,9 @@ class AnswerStream:
             raise self._error
 
 
-def _options(generation: GenerationOptions | dict | None) -> GenerationOptions:
+def checked_options(generation: GenerationOptions | dict | None) -> GenerationOptions:
+    """`generation=` of a chat call (None, a dict or GenerationOptions) -> GenerationOptions; bad keys raise
+    GeoPilotInputError."""
     if generation is None:
         return GenerationOptions()
     if isinstance(generation, GenerationOptions):
@@ -554,7 +564,8 @@ def _options(generation: GenerationOptions | dict | None) -> GenerationOptions:
     return build_config(GenerationOptions, dict(generation), source="generation")
 
 
-def _rounds(max_rounds: int) -> int:
+def checked_rounds(max_rounds: int) -> int:
+    """`max_rounds=` of a chat call, checked to be a whole number >= 0."""
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0:
         raise GeoPilotInputError(f"max_rounds must be a whole number >= 0, got {max_rounds!r}")
     return max_rounds
@@ -579,7 +590,8 @@ def checked_request(request: ChatRequest, max_pixels: int) -> tuple[LoadedImage,
     return image, messages, load_seconds
 
 
-def _request(item: ChatRequest | dict, index: int | None = None) -> ChatRequest:
+def to_chat_request(item: ChatRequest | dict, index: int | None = None) -> ChatRequest:
+    """A ChatRequest or its dict -> ChatRequest; a bad dict raises GeoPilotInputError (naming `requests.<index>`)."""
     if isinstance(item, ChatRequest):
         return item
     try:

@@ -15,8 +15,9 @@ after a row's `</s>`) keeps positions and attention exact. Finished rows leave t
 
 Answer turns (a later turn of ONE row, greedy) are decoded with prompt-lookup speculation on the reused cache
 (`prompt_lookup_tokens`, `_lookup_decode`): the answer mostly quotes the tool output (labels, boxes, counts), so the
-tokens that followed the last n-gram earlier in the conversation are proposed and checked in one forward pass;
-the longest greedy-agreeing prefix is kept, plus the model's own next token. The output is the greedy output,
+tokens that followed the longest earlier match of the text's suffix are proposed (as many as matched, up to
+`prompt_lookup_tokens`; none for a one-token match) and checked in one forward pass; the longest greedy-agreeing
+prefix is kept, plus the model's own next token. The output is the greedy output,
 token for token (a test checks it). transformers' `prompt_lookup_num_tokens` is not used: with a cache that
 already holds earlier turns it diverges from greedy decoding after a few tokens (transformers 5.24, measured).
 """
@@ -45,7 +46,7 @@ class GenerationOptions(StrictConfig):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     repetition_penalty: float = Field(1.0, gt=0)
-    prompt_lookup_tokens: int = Field(10, ge=0)  # answer-turn speculation: tokens proposed per step (0: off)
+    prompt_lookup_tokens: int = Field(10, ge=0)  # answer-turn speculation: most tokens proposed a step (0: off)
 
     def generation_config(self, tokenizer):
         from transformers import GenerationConfig
@@ -73,6 +74,7 @@ class Turn:
     new_input_tokens: int  # tokens prefilled for this turn (the whole prompt on the first turn, or a full re-prefill)
     seconds: float  # wall time of the generate call (shared by the rows of a batch)
     logits: Any = None  # [steps, vocab] float tensor, when asked for (tests)
+    lookup: LookupStats | None = None  # what prompt-lookup speculation did, on a turn decoded with it
 
 
 def _streamer(tokenizer, on_text: Callable[[str], None]):
@@ -230,43 +232,74 @@ class KVSession:
                 torch.stack([step[row] for step in out.logits])[: length + 1].float().cpu() if keep_logits else None
             )
             text = self.tokenizer.decode(ids[:length], skip_special_tokens=True).strip()
-            turns.append(Turn(ids[:length], text, finished, int(new_tokens[row]), seconds, logits))
+            stats = out.stats if isinstance(out, _LookupOutput) else None
+            turns.append(Turn(ids[:length], text, finished, int(new_tokens[row]), seconds, logits, stats))
         self.sequences = out.sequences
         self.mask = torch.cat([self.mask, new_mask.to(self.mask.device)], dim=1)
         return turns
 
 
-LOOKUP_MAX_NGRAM = 3  # the longest suffix n-gram searched for earlier in the conversation
+LOOKUP_MAX_NGRAM = 16  # the longest suffix searched for earlier in the conversation (the longest match wins)
+LOOKUP_MIN_NGRAM = 2  # a shorter match proposes nothing: one token (a digit, a comma) mostly points at the wrong place
+
+
+@dataclass
+class LookupStats:
+    """What prompt-lookup speculation did in one turn: forward passes, tokens proposed, proposed tokens accepted."""
+
+    forwards: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    generated: int = 0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.generated / self.forwards if self.forwards else 0.0
 
 
 @dataclass
 class _LookupOutput:
     sequences: Any
     cache: Any
+    stats: LookupStats
 
 
 def _propose(ids: list[int], count: int) -> list[int]:
-    """The `count` tokens that followed the most recent earlier occurrence of the longest suffix n-gram of `ids`."""
-    for n in range(min(LOOKUP_MAX_NGRAM, len(ids) - 1), 0, -1):
-        suffix = ids[-n:]
-        for start in range(len(ids) - n - 1, -1, -1):
-            if ids[start : start + n] == suffix:
-                return ids[start + n : start + n + count]
-    return []
+    """The tokens that followed the earlier occurrence of the longest suffix of `ids` (the most recent one among
+    equally long matches), as many as the suffix matched and at most `count`; nothing below LOOKUP_MIN_NGRAM.
+
+    Digits are single tokens, so a short suffix such as `,0.` occurs in every box of a tool output: the longest
+    match is the likeliest to be the passage being quoted. The draft is as long as the match because a copy that
+    has run for n tokens tends to run on, while a fresh, short match fails often, and every proposed token costs
+    compute to verify (on a CPU almost as much as a decoding step for a few of them)."""
+    last = len(ids) - 1
+    best, start = 0, 0
+    for end in range(last - 1, -1, -1):  # where an earlier copy of the suffix would end, newest first
+        if ids[end] != ids[last]:
+            continue
+        length = 1
+        while length < LOOKUP_MAX_NGRAM and length <= end and ids[end - length] == ids[last - length]:
+            length += 1
+        if length > best:
+            best, start = length, end + 1
+            if length == LOOKUP_MAX_NGRAM:
+                break
+    return ids[start : start + min(count, best)] if best >= LOOKUP_MIN_NGRAM else []
 
 
 def _lookup_decode(model, sequences, mask, cache, config, lookup_tokens: int, streamer=None, logits_processor=None):
     """Greedy decoding of one row with prompt-lookup speculation on `cache` (which holds a prefix of `sequences`).
 
-    Each step feeds the tokens the cache lacks plus up to `lookup_tokens` proposed ones, takes the greedy token at
-    every position (after `logits_processor` and the min-length rule), keeps the proposals up to the first
-    disagreement plus the model's own token there, and crops the cache back to what was kept."""
+    Each step feeds the tokens the cache lacks plus up to `lookup_tokens` proposed ones (`_propose`), takes the
+    greedy token at every position (after `logits_processor` and the min-length rule), keeps the proposals up to the
+    first disagreement plus the model's own token there, and crops the cache back to what was kept."""
     import torch
 
     eos = config.eos_token_id
     ids = sequences[0].tolist()
     keep = mask[0].tolist()
     width, generated = len(ids), 0
+    stats = LookupStats()
     if streamer is not None:
         streamer.put(sequences.cpu())
     done = False
@@ -300,11 +333,16 @@ def _lookup_decode(model, sequences, mask, cache, config, lookup_tokens: int, st
             done = token == eos or generated >= config.max_new_tokens
             if done or step == len(proposal) or token != proposal[step]:
                 break
+        accepted = step + int(step < len(proposal) and token == proposal[step])  # proposed tokens kept
+        stats.forwards += 1
+        stats.proposed += len(proposal)
+        stats.accepted += accepted
         if (extra := cache.get_seq_length() - (len(ids) - 1)) > 0:
             cache.crop(-extra)  # drop the rejected proposals
     if streamer is not None:
         streamer.end()
-    return _LookupOutput(torch.tensor([ids], device=sequences.device)[:, : width + generated], cache)
+    stats.generated = generated
+    return _LookupOutput(torch.tensor([ids], device=sequences.device)[:, : width + generated], cache, stats)
 
 
 class AnswerExtractor:

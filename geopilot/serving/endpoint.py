@@ -9,7 +9,7 @@ Every turn sends the whole conversation so far in the HF message form the export
 the tool turn `format_tool_turn` writes. The server renders the same prompt the in-process path tokenises
 (greedy answers agree: tests/serving/test_endpoint.py); it re-prefills each turn (or hits its prefix cache, as
 vLLM does) instead of reusing one KV cache. Parsing, validation, repair, tool calls and timeouts are the very
-`_Dialogue` of `geopilot.agent`: only the generator differs. `chat_batch` sends the requests concurrently, for
+`Dialogue` of `geopilot.agent`: only the generator differs. `chat_batch` sends the requests concurrently, for
 the server to batch.
 """
 
@@ -27,12 +27,12 @@ from geopilot.agent import (
     AnswerStream,
     ChatRequest,
     ChatResult,
-    _Dialogue,
-    _options,
-    _Prepared,
-    _request,
-    _rounds,
+    Dialogue,
+    PreparedRequest,
+    checked_options,
     checked_request,
+    checked_rounds,
+    to_chat_request,
 )
 from geopilot.chat_template import hf_messages
 from geopilot.errors import GeoPilotError
@@ -79,33 +79,35 @@ class EndpointPilot:
     def chat(self, image, query: str, history: list | None = None, max_rounds: int = 1,
              generation: GenerationOptions | dict | None = None, modality=None,
              stream: Callable[[str], None] | None = None) -> ChatResult:
-        prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
-        return self._run(prepared, _rounds(max_rounds), _options(generation), stream)
+        request = {"image": image, "query": query, "history": history, "modality": modality}
+        prepared = self._prepare(to_chat_request(request))
+        return self._run(prepared, checked_rounds(max_rounds), checked_options(generation), stream)
 
     def chat_batch(self, requests: list[ChatRequest | dict], max_rounds: int = 1,
                    generation: GenerationOptions | dict | None = None) -> list[ChatResult]:
-        prepared = [self._prepare(_request(r, i)) for i, r in enumerate(requests)]
-        rounds, options = _rounds(max_rounds), _options(generation)
+        prepared = [self._prepare(to_chat_request(r, i)) for i, r in enumerate(requests)]
+        rounds, options = checked_rounds(max_rounds), checked_options(generation)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel, len(prepared)))) as pool:
             return list(pool.map(lambda p: self._run(p, rounds, options, None), prepared))
 
     def chat_stream(self, image, query: str, history: list | None = None, max_rounds: int = 1,
                     generation: GenerationOptions | dict | None = None, modality=None) -> AnswerStream:
-        prepared = self._prepare(_request({"image": image, "query": query, "history": history, "modality": modality}))
-        options, rounds = _options(generation), _rounds(max_rounds)
+        request = {"image": image, "query": query, "history": history, "modality": modality}
+        prepared = self._prepare(to_chat_request(request))
+        options, rounds = checked_options(generation), checked_rounds(max_rounds)
         return AnswerStream(lambda on_text: self._run(prepared, rounds, options, on_text))
 
     # -- internals ----------------------------------------------------------------------------------------------------
 
-    def _prepare(self, request: ChatRequest) -> _Prepared:
+    def _prepare(self, request: ChatRequest) -> PreparedRequest:
         image, messages, load_seconds = checked_request(request, self.max_pixels)
-        return _Prepared(image, messages, question_text(messages[-1]), [], request.modality, load_seconds)
+        return PreparedRequest(image, messages, question_text(messages[-1]), [], request.modality, load_seconds)
 
-    def _run(self, prepared: _Prepared, max_rounds: int, options: GenerationOptions, stream) -> ChatResult:
+    def _run(self, prepared: PreparedRequest, max_rounds: int, options: GenerationOptions, stream) -> ChatResult:
         started = time.perf_counter()
         image_url = _png_data_url(prepared.image)
         conversation = [_with_image_url(m, image_url) for m in hf_messages(prepared.messages)]
-        dialogue = _Dialogue(prepared, self.tools, max_rounds, self.tool_timeout_s)
+        dialogue = Dialogue(prepared, self.tools, max_rounds, self.tool_timeout_s)
         while True:
             on_text = AnswerExtractor(stream).feed if stream is not None else None
             turn = self._generate(conversation, options, on_text)

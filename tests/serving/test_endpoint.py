@@ -152,3 +152,17 @@ def test_serve_with_an_engine_url_answers_through_the_endpoint(tiny):
     assert trace["tool_calls"][0]["function"]["name"] == "detect_objects"
     assert [t["kind"] for t in trace["result"]["turns"]] == ["think", "repair", "answer"]
     assert reply.choices[0].message.content == trace["result"]["turns"][-1]["text"]
+
+
+def test_serving_imports_no_private_names_from_other_modules():
+    """The endpoint engine runs the agent loop through `geopilot.agent`'s public seam, not its internals."""
+    import ast
+    from pathlib import Path
+
+    import geopilot.serving
+
+    for path in Path(geopilot.serving.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
