@@ -112,3 +112,22 @@ def test_land_cover_and_expressions_are_reworded():
     replies = [reply("plan", facts, seed) for seed in range(60)]
     assert any("lorry" in r["query"] or "truck" in r["query"] for r in replies)
     assert all(r["actions"][0]["params"]["expression"] == "the large vehicle in the upper left" for r in replies)
+
+
+SLOTS = {"object_detection": "{targets}", "instance_segmentation": "{targets}", "semantic_segmentation": "{classes}",
+         "visual_grounding": "{expression}", "visual_grounding_sar": "{expression}",
+         "referring_segmentation": "{expression}"}  # fmt: skip
+
+
+def test_the_grammar_writes_each_intent_in_many_frames_and_keeps_the_slots():
+    from geopilot.data_gen.wording import GRAMMAR, compose, frames
+
+    for ability in GRAMMAR:
+        written = {compose(ability, difficulty, random.Random(seed)) for seed in range(200)
+                   for difficulty in ("easy", "medium", "hard")}  # fmt: skip
+        assert len(written) > 300, ability  # hardly a request is written twice
+        slot = SLOTS.get(ability)
+        if slot is not None:
+            assert all(slot in text for text in written), ability  # the class or referent is always asked about
+        assert len(frames(ability)) > 1000
+    assert compose("cloud_removal", "hard", random.Random(3)) == compose("cloud_removal", "hard", random.Random(3))
