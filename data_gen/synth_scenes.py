@@ -188,16 +188,11 @@ def _position(centre: Point) -> str:
     return "centre" if (row, col) == ("middle", "centre") else f"{row} {col}" if row != "middle" else f"middle {col}"
 
 
-AREA_WORDS = {"centre": ["in the centre", "at the centre of the image", "near the middle", "in the middle of the scene",
-                         "nearest the centre", "right in the middle"],
-              "upper centre": ["near the top", "at the top of the image", "in the upper centre", "along the top",
-                               "in the top middle"],
-              "lower centre": ["near the bottom", "at the bottom of the image", "in the lower centre",
-                               "along the bottom", "in the bottom middle"],
-              "middle left": ["on the left side", "in the middle left", "towards the left edge", "on the left-hand side",
-                              "in the left part of the image"],
-              "middle right": ["on the right side", "in the middle right", "towards the right edge",
-                               "on the right-hand side", "in the right part of the image"]}  # fmt: skip
+AREA_WORDS = {"centre": ["in the centre", "at the centre of the image", "near the middle", "in the middle of the scene"],
+              "upper centre": ["near the top", "at the top of the image", "in the upper centre"],
+              "lower centre": ["near the bottom", "at the bottom of the image", "in the lower centre"],
+              "middle left": ["on the left side", "in the middle left", "towards the left edge"],
+              "middle right": ["on the right side", "in the middle right", "towards the right edge"]}  # fmt: skip
 
 
 def _where(position: str, rng: np.random.Generator) -> str:
@@ -206,8 +201,7 @@ def _where(position: str, rng: np.random.Generator) -> str:
         options = AREA_WORDS[position]
     else:
         options = [f"in the {position}", f"at the {position}", f"in the {position.replace(' ', '-')} corner",
-                   f"towards the {position}", f"in the {position} part of the image", f"close to the {position} corner",
-                   f"in the {position} quarter"]  # fmt: skip
+                   f"towards the {position}", f"in the {position} part of the image"]  # fmt: skip
     return options[int(rng.integers(len(options)))]
 
 
