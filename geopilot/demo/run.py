@@ -19,15 +19,15 @@ from geopilot.fileio import atomic_write
 # Seconds per unit of work, for the up-front estimate: measured with one torch thread on the shared 2-core machine
 # at load average ~2 (docs/demo.md), per sample-epoch of a width-96 3-layer text model (scaled by width x layers).
 SECONDS_PER_SCENE = 0.15
-SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.02
+SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.025  # the default run of 2026-12-02: 1112 s of training for 25,004 sample-epochs
 SECONDS_PER_EVAL_CASE = 0.4
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
     # samples generate makes of the scenes: per scene 7.74 optical and 1.92 SAR tool samples per samples_per_record,
-    # plus 7 optical (GeoChat-Instruct) and 3.87 SAR (SARLANG-1M) tool-free ones (measured: 3036 of 80, 692 of 60)
-    optical = (7.74 * settings.samples_per_record + 7) * settings.optical
-    sar = (1.92 * settings.samples_per_record + 3.87) * settings.sar
+    # plus 9 optical (GeoChat-Instruct) and 4 SAR (SARLANG-1M) tool-free ones (measured: 4434 of 80, 930 of 60)
+    optical = (7.74 * settings.samples_per_record + 9) * settings.optical
+    sar = (1.92 * settings.samples_per_record + 4) * settings.sar
     sample_epochs = optical * settings.stage1_epochs + (sar + settings.alpha * optical) * settings.stage2_epochs
     size = (settings.model.text_hidden / 96) * (settings.model.text_layers / 3)
     return (
