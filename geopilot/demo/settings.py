@@ -55,10 +55,11 @@ class DemoSettings(StrictConfig):
             return cls(seed=seed)
         small = TinyModelConfig(
             image_size=32, patch_size=8, vision_hidden=32, vision_layers=1, vision_heads=2, text_hidden=64,
-            text_layers=2, text_heads=4, text_kv_heads=4, text_intermediate=128, max_position_embeddings=512,
+            text_layers=2, text_heads=4, text_kv_heads=4, text_intermediate=128, max_position_embeddings=768,
         )  # fmt: skip
-        return cls(seed=seed, optical=8, sar=8, samples_per_record=1, vocab_size=600, model=small, stage1_epochs=1,
-                   stage2_epochs=1, eval_cases=27, max_new_tokens=48)  # fmt: skip
+        # a 600-token BPE splits a panoptic tool turn of 9 objects into ~560 tokens: room for them
+        return cls(seed=seed, optical=8, sar=8, samples_per_record=1, vocab_size=600, model=small, max_length=768,
+                   stage1_epochs=1, stage2_epochs=1, eval_cases=27, max_new_tokens=48)  # fmt: skip
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
