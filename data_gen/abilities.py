@@ -131,7 +131,7 @@ _COUNTING_TEXT = re.compile(r"\b(how many|number of)\b", re.IGNORECASE)
 def is_counting_centred(dialogue: Dialogue) -> bool:
     """A dialogue that opens by asking how many objects there are: the detectors count them, so a tool-free trace
     of it would teach the model to guess counts where its tool policy says to call a detector."""
-    first = next((text for role, text in dialogue.turns if role in ("user", "human")), "")
+    first = next((text for role, text in dialogue.turns if role == "user"), "")
     return bool(_COUNTING_TEXT.search(first))
 
 

@@ -45,6 +45,7 @@ class Shape:
     width: tuple[int, int]
     colour: tuple[int, int, int]
     outline: tuple[Point, ...]
+    look: str = ""  # the colour's name, as a referring expression says it ("the yellow large vehicle")
 
 
 def _circle(n: int = 16) -> tuple[Point, ...]:
@@ -59,27 +60,22 @@ DIAMOND = ((0.0, -0.5), (0.5, 0.0), (0.0, 0.5), (-0.5, 0.0))
 
 # DOTA v1.0 class names exactly as DOTA writes them (all 15, so every class is asked about and found).
 OPTICAL_SHAPES = {
-    "plane": Shape((28, 36), (26, 32), (225, 225, 230), CROSS),
-    "ship": Shape((30, 44), (8, 12), (235, 235, 235), HULL),
-    "small-vehicle": Shape((8, 11), (4, 6), (30, 30, 160), RECT),
-    "large-vehicle": Shape((16, 21), (6, 8), (230, 200, 40), RECT),
-    "storage-tank": Shape((16, 24), (16, 24), (245, 245, 240), _circle()),
-    "tennis-court": Shape((24, 28), (12, 14), (60, 140, 90), RECT),
-    "swimming-pool": Shape((16, 24), (10, 14), (60, 190, 230), RECT),
-    "helicopter": Shape((18, 24), (16, 22), (85, 95, 60), CROSS),
-    "bridge": Shape((48, 64), (7, 10), (175, 170, 160), RECT),
-    "harbor": Shape((34, 44), (18, 24), (115, 115, 125), RECT),
-    "roundabout": Shape((22, 28), (22, 28), (105, 105, 105), _circle()),
-    "baseball-diamond": Shape((24, 30), (24, 30), (195, 145, 95), DIAMOND),
-    "basketball-court": Shape((16, 20), (9, 11), (205, 120, 60), RECT),
-    "ground-track-field": Shape((44, 52), (26, 32), (175, 65, 55), _circle()),
-    "soccer-ball-field": Shape((36, 44), (22, 28), (45, 165, 60), RECT),
+    "plane": Shape((28, 36), (26, 32), (225, 225, 230), CROSS, "white"),
+    "ship": Shape((30, 44), (8, 12), (235, 235, 235), HULL, "white"),
+    "small-vehicle": Shape((8, 11), (4, 6), (30, 30, 160), RECT, "blue"),
+    "large-vehicle": Shape((16, 21), (6, 8), (230, 200, 40), RECT, "yellow"),
+    "storage-tank": Shape((16, 24), (16, 24), (245, 245, 240), _circle(), "white"),
+    "tennis-court": Shape((24, 28), (12, 14), (60, 140, 90), RECT, "green"),
+    "swimming-pool": Shape((16, 24), (10, 14), (60, 190, 230), RECT, "blue"),
+    "helicopter": Shape((18, 24), (16, 22), (85, 95, 60), CROSS, "olive"),
+    "bridge": Shape((48, 64), (7, 10), (175, 170, 160), RECT, "grey"),
+    "harbor": Shape((34, 44), (18, 24), (115, 115, 125), RECT, "grey"),
+    "roundabout": Shape((22, 28), (22, 28), (105, 105, 105), _circle(), "grey"),
+    "baseball-diamond": Shape((24, 30), (24, 30), (195, 145, 95), DIAMOND, "brown"),
+    "basketball-court": Shape((16, 20), (9, 11), (205, 120, 60), RECT, "orange"),
+    "ground-track-field": Shape((44, 52), (26, 32), (175, 65, 55), _circle(), "red"),
+    "soccer-ball-field": Shape((36, 44), (22, 28), (45, 165, 60), RECT, "green"),
 }
-# What a referring expression may call a class's look (the colour it is painted in).
-OPTICAL_COLOURS = {"plane": "white", "ship": "white", "small-vehicle": "blue", "large-vehicle": "yellow",
-                   "storage-tank": "white", "tennis-court": "green", "swimming-pool": "blue", "helicopter": "olive",
-                   "bridge": "grey", "harbor": "grey", "roundabout": "grey", "baseball-diamond": "brown",
-                   "basketball-court": "orange", "ground-track-field": "red", "soccer-ball-field": "green"}  # fmt: skip
 # SARDet-100K class names; colour[0] is the backscatter intensity.
 SAR_SHAPES = {
     "ship": Shape((24, 40), (6, 10), (230, 0, 0), HULL),
@@ -214,9 +210,9 @@ def _referring(objects: list[PlacedObject], rng: np.random.Generator) -> tuple[i
     order = [int(i) for i in rng.permutation(len(objects))]
     for index in order:  # a class seen once: its name (with look or position) is enough
         if names.count(names[index]) == 1:
-            name, colour = names[index], OPTICAL_COLOURS.get(objects[index].label, "")
+            name, look = names[index], OPTICAL_SHAPES[objects[index].label].look
             where = _where(positions[index], rng)
-            return index, [f"the {colour} {name} {where}".replace("  ", " "), f"{name} located at the {positions[index]} of the image"]
+            return index, [f"the {look} {name} {where}", f"{name} located at the {positions[index]} of the image"]
     for index in order:  # the largest or smallest of its class
         same = [i for i in range(len(objects)) if names[i] == names[index]]
         sizes = sorted(areas[i] for i in same)

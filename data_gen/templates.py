@@ -12,7 +12,7 @@ import random
 import re
 
 from geopilot.data_gen.llm import CallInfo, LLMRequest
-from geopilot.data_gen.wording import compose, wrap
+from geopilot.data_gen.wording import compose, sentence, wrap
 from geopilot.sample import IMAGE_PLACEHOLDER
 from geopilot.vocabulary import class_synonyms, default_vocabulary
 
@@ -326,10 +326,6 @@ def _slots(facts: dict, rng: random.Random | None = None) -> dict[str, str]:
     }
 
 
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
 def _box(box: list[float]) -> str:
     return "[" + ", ".join(f"{v:.3f}".rstrip("0").rstrip(".") if v not in (0, 1) else str(int(v)) for v in box) + "]"
 
@@ -349,8 +345,8 @@ def _describe_output(view: dict, facts: dict) -> tuple[str, str]:
         boxes = ", ".join(_box(o["box"]) for o in objects[:5])
         if len(objects) == 1:
             area = f", covering {objects[0]['area'] * 100:.1f}% of the image" if "area" in objects[0] else ""
-            return "one matching object", _sentence(f"{expression} is at {boxes}{area}.")
-        return f"{len(objects)} matching objects", _sentence(
+            return "one matching object", sentence(f"{expression} is at {boxes}{area}.")
+        return f"{len(objects)} matching objects", sentence(
             f"{expression} matches {len(objects)} objects, at {boxes}."
         )
     if tool in {"detect_all", "sar_detect_all", "detect_objects", "segment_instances"}:
@@ -373,7 +369,7 @@ def _describe_output(view: dict, facts: dict) -> tuple[str, str]:
         text = "; ".join(parts) + "." if parts else ""
         if absent:
             text += f" There is no {join_words(absent)} in this scene."
-        return "the area of each requested class", _sentence(text.strip())
+        return "the area of each requested class", sentence(text.strip())
     if tool == "extract_roads":
         roads = view.get("roads", {"nodes": 0, "edges": 0, "intersections": 0, "length": 0})
         if not roads["edges"]:

@@ -170,7 +170,7 @@ POLITE = ["", "", "", "please ", "kindly ", "could you ", "can you ", "would you
           "help me ", "go ahead and ", "I need you to "]  # fmt: skip
 
 
-def _sentence(text: str) -> str:
+def sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
@@ -185,21 +185,20 @@ def compose(ability: str, difficulty: str, rng: random.Random) -> str:
                       ["verb", "question", "need"])  # fmt: skip
     if form == "verb":
         polite = rng.choice(POLITE)
-        end = "?" if polite.rstrip().endswith(("you", "Could you", "Can you", "Would you")) else "."
+        end = "?" if polite.rstrip().endswith("you") else "."  # "could you ...?", but "I need you to ..."
         body = polite + rng.choice(verbs) + place + end
     elif form == "question":
         body = rng.choice(questions).replace("{place}", place)
     else:
         body = rng.choice(NEEDS).replace("{thing}", rng.choice(needs)).replace("{place}", place)
-    body = body.replace("{place}", place)
     if difficulty == "hard" or rng.random() < 0.15:
         return rng.choice(PURPOSES) + (body if body.startswith(("I ", "I'")) else body[:1].lower() + body[1:])
-    return _sentence(body)
+    return sentence(body)
 
 
 def wrap(query: str, rng: random.Random) -> str:
     """A greeting before and a sign-off after, often none."""
-    return rng.choice(OPENINGS) + _sentence(query) + rng.choice(CLOSINGS)
+    return rng.choice(OPENINGS) + sentence(query) + rng.choice(CLOSINGS)
 
 
 def frames(ability: str) -> list[str]:
@@ -208,4 +207,4 @@ def frames(ability: str) -> list[str]:
     out = [p + v + place + e for p in POLITE for v in verbs for place in PLACES for e in (".", "?")]
     out += [q.replace("{place}", place) for q in questions for place in PLACES]
     out += [n.replace("{thing}", t).replace("{place}", place) for n in NEEDS for t in needs for place in PLACES]
-    return list(dict.fromkeys(_sentence(f) for f in out))
+    return list(dict.fromkeys(sentence(f) for f in out))

@@ -18,7 +18,7 @@ inferred from the pixels (`geopilot.image.infer_modality`: no colour -> SAR) and
     print(result.answer, result.timings)
 
 Another engine runs the same loop through this module's public seam: `to_chat_request`, `checked_rounds`,
-`checked_options`, `checked_request`, `PreparedRequest` and `Dialogue` (fed one generated turn at a time);
+`checked_options`, `checked_request`, `PreparedRequest` and `AgentLoop` (fed one generated turn at a time);
 `geopilot.serving.endpoint` generates the turns on an OpenAI-compatible server with them.
 """
 
@@ -161,7 +161,7 @@ class PreparedRequest:
         self.modality = declared or infer_modality(image)
 
 
-class Dialogue:
+class AgentLoop:
     """The loop for one request, fed one generated turn at a time; says what the model reads next."""
 
     def __init__(
@@ -468,7 +468,7 @@ class GeoPilot:
         session = self.session_factory([p.prompt for p in prepared], pixels, options)
         deadline = None if self.chat_timeout_s is None else time.monotonic() + self.chat_timeout_s
         dialogues = [
-            Dialogue(p, registry, max_rounds, self.tool_timeout_s, self.max_tool_calls, deadline) for p in prepared
+            AgentLoop(p, registry, max_rounds, self.tool_timeout_s, self.max_tool_calls, deadline) for p in prepared
         ]
         context = self.model.config.text_config.max_position_embeddings
         pending: dict[int, list[int] | None] = dict.fromkeys(range(len(prepared)))
@@ -494,7 +494,7 @@ class GeoPilot:
 
     def _turn_room(
         self,
-        dialogues: list[Dialogue], pending: dict[int, list[int] | None], context: int, deadline: float | None
+        dialogues: list[AgentLoop], pending: dict[int, list[int] | None], context: int, deadline: float | None
     ) -> dict[int, int]:
         """Tokens each pending row may generate next; rows past the deadline or without room are ended here."""
         room = {}
@@ -515,7 +515,7 @@ class GeoPilot:
         return room
 
 
-def _take_all(dialogues: list[Dialogue], rows: list[int], turns: list[Turn]) -> list[str | None]:
+def _take_all(dialogues: list[AgentLoop], rows: list[int], turns: list[Turn]) -> list[str | None]:
     """Feed each row its generated turn; the tool calls of different rows (requests) run concurrently, so one
     request's slow tool does not hold up the others' (the calls of one plan still run in order)."""
     if len(rows) == 1:

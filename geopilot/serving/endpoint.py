@@ -9,7 +9,7 @@ Every turn sends the whole conversation so far in the HF message form the export
 the tool turn `format_tool_turn` writes. The server renders the same prompt the in-process path tokenises
 (greedy answers agree: tests/serving/test_endpoint.py); it re-prefills each turn (or hits its prefix cache, as
 vLLM does) instead of reusing one KV cache. Parsing, validation, repair, tool calls and timeouts are the very
-`Dialogue` of `geopilot.agent`: only the generator differs. `chat_batch` sends the requests concurrently, for
+`AgentLoop` of `geopilot.agent`: only the generator differs. `chat_batch` sends the requests concurrently, for
 the server to batch.
 """
 
@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from geopilot.agent import (
+    AgentLoop,
     AnswerStream,
     ChatRequest,
     ChatResult,
-    Dialogue,
     PreparedRequest,
     checked_options,
     checked_request,
@@ -107,7 +107,7 @@ class EndpointPilot:
         started = time.perf_counter()
         image_url = _png_data_url(prepared.image)
         conversation = [_with_image_url(m, image_url) for m in hf_messages(prepared.messages)]
-        dialogue = Dialogue(prepared, self.tools, max_rounds, self.tool_timeout_s)
+        dialogue = AgentLoop(prepared, self.tools, max_rounds, self.tool_timeout_s)
         while True:
             on_text = AnswerExtractor(stream).feed if stream is not None else None
             turn = self._generate(conversation, options, on_text)

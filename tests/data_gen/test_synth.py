@@ -15,6 +15,7 @@ from PIL import Image
 from geopilot.cli import main
 from geopilot.data_gen.readers import READERS
 from geopilot.data_gen.synth import MANIFEST, write_synthetic
+from geopilot.data_gen.synth_scenes import SIZE
 from geopilot.image import load_image
 from geopilot.vocabulary import dataset_classes, default_vocabulary
 
@@ -95,7 +96,7 @@ def test_referring_round_trip_matches_the_object_synth_described(synth):
         assert [r.expression for r in record.referring] == placed["phrases"]
         (obj,) = record.objects
         # rasterised mask bounds vs the drawn outline's bounds: within a pixel and a half (a car is 8 x 5 px)
-        assert max(abs(a - b) for a, b in zip(obj.box, placed["box"], strict=True)) * 256 < 1.5
+        assert max(abs(a - b) for a, b in zip(obj.box, placed["box"], strict=True)) * SIZE < 1.5
         assert obj.mask is not None
 
 
