@@ -105,7 +105,7 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     loader = DataLoader(
         data.dataset,
         batch_sampler=batches,
-        collate_fn=Collator(processor, cfg.data.max_pixels),
+        collate_fn=Collator(processor, cfg.data.max_pixels, cfg.data.image_cache),
         num_workers=cfg.data.num_workers,
     )
     optimizer, scheduler = build_optimizer_and_schedule(model, cfg, plan)

@@ -1,4 +1,4 @@
-"""`geopilot demo --out DIR [--quick] [--seed N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
+"""`geopilot demo --out DIR [--quick] [--seed N] [--threads N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
 
 synth -> generate (template backend) -> stage 1 -> stage 2 (alpha = 0.2) on a small model trained from scratch ->
 planning evaluation on a held-out set -> two sample chats -> DIR/report.md. Interrupt it and run the same command
@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="the run folder (e.g. runs/demo); rerun to resume")
     parser.add_argument("--quick", action="store_true", help="a reduced run (a few minutes; what the slow tests use)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of data, training and evaluation (default 0)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: 2, or 1 on a 1-CPU machine); use 1 when something else is busy")
     parser.add_argument("--until", choices=PHASES, default="report",
                         help="stop after this phase (e.g. data: what configs/tiny/stage*.yaml train on)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON at the end")
@@ -27,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.demo.run import read_results, run_demo
     from geopilot.demo.settings import DemoSettings, Layout
 
-    report = run_demo(args.out, DemoSettings.preset(args.quick, args.seed), until=args.until)
+    report = run_demo(args.out, DemoSettings.preset(args.quick, args.seed, args.threads), until=args.until)
     if args.until != "report":
         return 0
     if args.json:

@@ -99,6 +99,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
             "mixture_seed": settings.seed,
             "max_length": settings.max_length,
             "cache_dir": str(layout.out / ".cache" / "tokenised"),
+            "image_cache": settings.optical + settings.sar,  # every scene stays decoded: ~40 samples share each
         },
         "optim": {
             "epochs": settings.stage1_epochs if stage == 1 else settings.stage2_epochs,
@@ -110,7 +111,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
             "seed": settings.seed,
         },
         "freeze": {"vision_tower": False},  # from scratch: the vision tower must learn SAR vs optical vs clouds
-        "checkpoint": {"save_steps": 50, "keep_last": 1},
+        "checkpoint": {"save_steps": 100, "keep_last": 1},
         "logging": {"logging_steps": 1, "tensorboard": True, "progress_bar": False},
     }
 

@@ -7,6 +7,7 @@ atomically, holding the phase's result), so the next run starts at the first pha
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -108,9 +109,13 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str =
         atomic_write(layout.settings, json.dumps(record, indent=1) + "\n")
     done = [phase for phase in PHASES if phase not in remaining]
     console.print(
-        f"geopilot demo -> {layout.out}: about {estimate_seconds(settings) / 60:.0f} min on 2 CPU cores"
-        + (f"; resuming after {', '.join(done)}" if done else "")
+        f"geopilot demo -> {layout.out}: about {estimate_seconds(settings) / 60:.0f} min with {settings.threads} "
+        f"torch thread{'s' if settings.threads > 1 else ''}" + (f"; resuming after {', '.join(done)}" if done else "")
     )
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if settings.threads > 1 and busy >= 0.8:  # OpenMP threads that wait on a busy core slow every step down
+        console.print(f"[yellow]the CPUs are already busy (load average {busy:.1f}): expect a slower run, or stop "
+                      "and rerun with --threads 1 in a new --out folder[/yellow]")  # fmt: skip
     columns = (TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
     with Progress(*columns, console=console) as bars:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -17,6 +18,10 @@ from geopilot.config import StrictConfig
 from geopilot.model import TinyModelConfig
 
 PHASES = ("data", "stage1", "stage2", "evaluate", "chats", "report")
+
+
+def available_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class DemoSettings(StrictConfig):
@@ -47,19 +52,21 @@ class DemoSettings(StrictConfig):
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
     eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
     max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
-    threads: int = Field(default=1, ge=1)  # torch threads, fixed (same seed, same numbers); 1: see docs/demo.md
+    # torch threads: part of the result (same seed and threads, same numbers); both cores of a 2-core machine
+    threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1)
 
     @classmethod
-    def preset(cls, quick: bool, seed: int = 0) -> DemoSettings:
+    def preset(cls, quick: bool, seed: int = 0, threads: int | None = None) -> DemoSettings:
+        chosen = {} if threads is None else {"threads": threads}
         if not quick:
-            return cls(seed=seed)
+            return cls(seed=seed, **chosen)
         small = TinyModelConfig(
             image_size=32, patch_size=8, vision_hidden=32, vision_layers=1, vision_heads=2, text_hidden=64,
             text_layers=2, text_heads=4, text_kv_heads=4, text_intermediate=128, max_position_embeddings=768,
         )  # fmt: skip
         # a 600-token BPE splits a panoptic tool turn of 9 objects into ~560 tokens: room for them
         return cls(seed=seed, optical=8, sar=8, samples_per_record=1, vocab_size=600, model=small, max_length=768,
-                   stage1_epochs=1, stage2_epochs=1, eval_cases=27, max_new_tokens=48)  # fmt: skip
+                   stage1_epochs=1, stage2_epochs=1, eval_cases=27, max_new_tokens=48, **chosen)  # fmt: skip
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]

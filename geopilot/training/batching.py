@@ -11,6 +11,9 @@ steps; the few samples left over change from epoch to epoch. accelerate shards t
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
+
+import torch
 
 from geopilot.batch import collate, pixel_values
 from geopilot.image import load_image
@@ -75,19 +78,35 @@ class LengthGroupedBatches(_EpochBatches):
 
 
 class Collator:
-    """Dataset rows -> model inputs (right padding, -100 labels) + `sample_ids` for the per-step log."""
+    """Dataset rows -> model inputs (right padding, -100 labels) + `sample_ids` for the per-step log.
 
-    def __init__(self, processor, max_pixels: int = 100_000_000):
+    `image_cache` keeps that many processed images (least recently used out): generated traces hold several samples
+    per scene, and decoding + resizing the same file again is most of a small model's data time.
+    """
+
+    def __init__(self, processor, max_pixels: int = 100_000_000, image_cache: int = 0):
         self.processor, self.max_pixels = processor, max_pixels
         self.pad_token_id = processor.tokenizer.pad_token_id
+        self.image_cache, self._cached = image_cache, OrderedDict()
 
     def __call__(self, rows: list[dict]) -> dict:
         batch = collate([Rendered(list(r["input_ids"]), list(r["labels"])) for r in rows], self.pad_token_id)
-        images = [load_image(r["image"], max_pixels=self.max_pixels).image for r in rows if r["image"]]
+        images = [r["image"] for r in rows if r["image"]]
         if images:
-            batch["pixel_values"] = pixel_values(self.processor, images)
+            batch["pixel_values"] = torch.cat([self._pixels(path) for path in images])
         batch["sample_ids"] = [r["id"] for r in rows]
         return batch
+
+    def _pixels(self, path: str) -> torch.Tensor:
+        if path in self._cached:
+            self._cached.move_to_end(path)
+            return self._cached[path]
+        pixels = pixel_values(self.processor, [load_image(path, max_pixels=self.max_pixels).image])
+        if self.image_cache > 0:
+            self._cached[path] = pixels
+            if len(self._cached) > self.image_cache:
+                self._cached.popitem(last=False)
+        return pixels
 
 
 def padding_stats(batch: dict) -> tuple[int, int]:

@@ -30,6 +30,7 @@ class DataConfig(StrictConfig):
     group_by_length: bool = True
     megabatch_batches: int = Field(default=32, ge=1)  # length grouping sorts within this many batches
     num_workers: int = Field(default=0, ge=0)
+    image_cache: int = Field(default=0, ge=0)  # processed images kept per data process (traces reuse scenes)
 
 
 class OptimConfig(StrictConfig):

@@ -43,3 +43,30 @@ def test_length_grouping_cuts_padding():
     grouped = useful_fraction(list(LengthGroupedBatches(lens, 8, 1, seed=0, megabatch_batches=32)), lens)
     baseline = useful_fraction(list(RandomBatches(lens, 8, 1, seed=0)), lens)
     assert grouped > 0.9 > baseline
+
+
+def test_the_image_cache_gives_the_same_pixels_and_stays_bounded(tmp_path, tiny_tokenizer):
+    import torch
+    from PIL import Image
+
+    from geopilot.batch import pixel_values
+    from geopilot.image import load_image
+    from geopilot.model import build_processor
+    from geopilot.training.batching import Collator
+
+    paths = []
+    for i, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.new("RGB", (40 + 8 * i, 40), colour).save(paths[-1])
+    rows = [{"id": str(i), "image": p, "input_ids": [5, 6, 7][: 1 + i % 3], "labels": [-100, 6, 7][: 1 + i % 3]}
+            for i, p in enumerate(paths + paths[::-1])]  # fmt: skip
+    processor = build_processor(tiny_tokenizer, image_size=32, patch_size=8)
+    plain, cached = Collator(processor), Collator(processor, image_cache=2)
+    for start in (0, 3, 0):
+        expected = plain(rows[start : start + 3])
+        got = cached(rows[start : start + 3])
+        batched = pixel_values(processor, [load_image(r["image"]).image for r in rows[start : start + 3]])
+        assert torch.equal(got["pixel_values"], batched) and torch.equal(expected["pixel_values"], batched)
+        assert torch.equal(got["input_ids"], expected["input_ids"]) and got["sample_ids"] == expected["sample_ids"]
+        assert len(cached._cached) <= 2
+    assert not plain._cached
