@@ -3,7 +3,7 @@ the total against the 20-minute target on 2 CPU cores, the held-out planning OPA
 SAR/optical routing of detection and grounding (target >= 0.95). With `--twice` it runs the demo a second time
 into another folder and checks that the same seed gives the same metrics.
 
-    python benchmarks/demo_time.py [--out runs/bench_demo] [--quick] [--seed 0] [--twice] [--json]
+    python benchmarks/demo_time.py [--out runs/bench_demo] [--quick] [--seed 0] [--threads N] [--twice] [--json]
 
 The machine's load average and CPU count are printed with the numbers: on a shared machine the time is an upper
 bound of what an idle 2-core laptop needs (docs/demo.md has the measured runs).
@@ -50,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/bench_demo", help="scratch folder (deleted and rewritten)")
     parser.add_argument("--quick", action="store_true", help="time the --quick preset instead of the default")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the demo's, 2)")
     parser.add_argument("--twice", action="store_true", help="run again with the same seed and compare the metrics")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    settings = DemoSettings.preset(args.quick, args.seed)
+    settings = DemoSettings.preset(args.quick, args.seed, args.threads)
     runs = [one_run(Path(args.out) / "run1", settings)]
     if args.twice:
         runs.append(one_run(Path(args.out) / "run2", settings))

@@ -17,11 +17,11 @@ from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import atomic_write
 
-# Seconds per unit of work, for the up-front estimate: measured with one torch thread on the shared 2-core machine
-# at load average ~2 (docs/demo.md), per sample-epoch of a width-96 3-layer text model (scaled by width x layers).
+# Seconds per unit of work, for the up-front estimate, measured on the 2-core development machine (docs/demo.md);
+# training per sample-epoch of a width-96 3-layer text model (scaled by width x layers), by torch threads.
 SECONDS_PER_SCENE = 0.15
-SECONDS_PER_TRAIN_SAMPLE_EPOCH = 0.025  # the default run of 2026-12-02: 1112 s of training for 25,004 sample-epochs
-SECONDS_PER_EVAL_CASE = 0.4
+SECONDS_PER_TRAIN_SAMPLE_EPOCH = {1: 0.025, 2: 0.0122}  # default runs: 1112 s (1 thread, before the image cache), 542 s (2)
+SECONDS_PER_EVAL_CASE = 0.3
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
@@ -33,7 +33,7 @@ def estimate_seconds(settings: DemoSettings) -> float:
     size = (settings.model.text_hidden / 96) * (settings.model.text_layers / 3)
     return (
         SECONDS_PER_SCENE * (settings.optical + settings.sar)
-        + SECONDS_PER_TRAIN_SAMPLE_EPOCH * size * sample_epochs
+        + SECONDS_PER_TRAIN_SAMPLE_EPOCH[min(settings.threads, 2)] * size * sample_epochs
         + SECONDS_PER_EVAL_CASE * settings.eval_cases
         + 60  # process start-ups, tokenisation, plots
     )
