@@ -45,10 +45,23 @@ CORE = [
 EXTRAS = {
     "train": ["datasets>=5.2", "peft>=0.21", "deepspeed>=0.19.8", "tensorboard>=2.18"],
     "tools": ["pycocotools>=2.0.8", "mcp>=2.3,<3", "open_clip_torch>=3.3", "torchvision>=0.29", "scipy>=1.13"],
-    "geo": ["rasterio>=1.4", "shapely>=2.1", "pyogrio>=0.10"],  # GeoTIFF input; the indicator tools (zonal stats, areas)
+    "geo": [
+        "rasterio>=1.4",
+        "shapely>=2.1",
+        "pyogrio>=0.10",
+    ],  # GeoTIFF input; the indicator tools (zonal stats, areas)
     "data": ["aiohttp>=3.9", "defusedxml>=0.7"],  # aiohttp: httpx was 4x slower at 32 requests in flight
     "serve": ["fschat==0.2.36", "fastapi>=0.115", "uvicorn>=0.30", "httpx>=0.27"],
-    "dev": ["pytest>=9", "hypothesis>=6.100", "ruff>=0.8", "build>=1.2", "pycocoevalcap>=1.2", "schemathesis>=4.3", "openai>=1.50", "selenium>=4.20"],  # caption-metric parity test
+    "dev": [
+        "pytest>=9",
+        "hypothesis>=6.100",
+        "ruff>=0.8",
+        "build>=1.2",
+        "pycocoevalcap>=1.2",
+        "schemathesis>=4.3",
+        "openai>=1.50",
+        "selenium>=4.20",
+    ],  # caption-metric parity test
     "eval": ["matplotlib>=3.8", "httpx>=0.27"],  # leaderboard PNG; the OpenAI-compatible agent's client
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})

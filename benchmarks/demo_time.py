@@ -73,16 +73,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"machine: {report['cpus']} CPUs, torch threads {settings.threads}, load average before "
-          f"{first['load_before']} after {first['load_after']}")  # fmt: skip
+    print(
+        f"machine: {report['cpus']} CPUs, torch threads {settings.threads}, load average before "
+        f"{first['load_before']} after {first['load_after']}"
+    )
     for phase, seconds in first["phases"].items():
         print(f"  {phase:<9} {seconds:7.1f} s")
     metrics = first["metrics"]
-    print(f"total {report['minutes']:.1f} min (target <= {TARGET_MINUTES:g}): {'met' if report['time_target_met'] else 'NOT met'}")
-    print(f"OPA {metrics['OPA']:.3f} (target >= {TARGET_OPA}): {'met' if report['opa_target_met'] else 'NOT met'}; "
-          f"TSA {metrics['TSA']:.3f} PA {metrics['PA']:.3f} NTA {metrics['NTA']:.3f}")  # fmt: skip
-    print(f"routing {metrics['routing']['accuracy']:.3f} (target >= {TARGET_ROUTING}): "
-          f"{'met' if report['routing_target_met'] else 'NOT met'}")  # fmt: skip
+    print(
+        f"total {report['minutes']:.1f} min (target <= {TARGET_MINUTES:g}): {'met' if report['time_target_met'] else 'NOT met'}"
+    )
+    print(
+        f"OPA {metrics['OPA']:.3f} (target >= {TARGET_OPA}): {'met' if report['opa_target_met'] else 'NOT met'}; "
+        f"TSA {metrics['TSA']:.3f} PA {metrics['PA']:.3f} NTA {metrics['NTA']:.3f}"
+    )
+    print(
+        f"routing {metrics['routing']['accuracy']:.3f} (target >= {TARGET_ROUTING}): "
+        f"{'met' if report['routing_target_met'] else 'NOT met'}"
+    )
     if args.twice:
         print(f"same seed, same metrics: {report['same_metrics']}")
     return 0

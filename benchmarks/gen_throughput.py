@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                     out = tmp / f"out_r{index}_c{concurrency}"
                     kept, seconds, total = run_once(tmp / "data", out, url, concurrency, records)
                     rates[concurrency] = kept / seconds
-                    print(f"round {index + 1}, concurrency {concurrency}: {kept} samples, {seconds:.2f} s ({total:.2f} total)")
+                    print(
+                        f"round {index + 1}, concurrency {concurrency}: {kept} samples, {seconds:.2f} s ({total:.2f} total)"
+                    )
                 rounds.append(rates)
         finally:
             process.terminate()

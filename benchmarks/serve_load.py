@@ -55,10 +55,26 @@ class Server:
     def __init__(self, model: Path, max_batch: int, args, logs: Path):
         self.port, self.max_batch = _free_port(), max_batch
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, str(ROOT / "serve.py"), "--model", str(model), "--port", str(self.port),
-                   "--api-key", KEY, "--max-batch", str(max_batch), "--batch-wait-ms", str(args.batch_wait_ms),
-                   "--max-concurrency", str(args.max_concurrency), "--max-new-tokens", str(args.max_tokens),
-                   "--device", "cpu"]
+        command = [
+            sys.executable,
+            str(ROOT / "serve.py"),
+            "--model",
+            str(model),
+            "--port",
+            str(self.port),
+            "--api-key",
+            KEY,
+            "--max-batch",
+            str(max_batch),
+            "--batch-wait-ms",
+            str(args.batch_wait_ms),
+            "--max-concurrency",
+            str(args.max_concurrency),
+            "--max-new-tokens",
+            str(args.max_tokens),
+            "--device",
+            "cpu",
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
         self.log = open(logs / f"server-batch{max_batch}.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -152,13 +168,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-spread", type=float, default=MAX_SPREAD)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    body = {"model": "", "max_tokens": args.max_tokens, "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": _image_url()}}, {"type": "text", "text": "How many planes?"}]}]}
+    body = {
+        "model": "",
+        "max_tokens": args.max_tokens,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": _image_url()}},
+                    {"type": "text", "text": "How many planes?"},
+                ],
+            }
+        ],
+    }
     with tempfile.TemporaryDirectory() as scratch:
         model = Path(args.model) if args.model else _tiny_model(Path(scratch))
         body["model"] = model.name
-        servers = {"batched": Server(model, args.max_batch, args, Path(scratch)),
-                   "max_batch_1": Server(model, 1, args, Path(scratch))}
+        servers = {
+            "batched": Server(model, args.max_batch, args, Path(scratch)),
+            "max_batch_1": Server(model, 1, args, Path(scratch)),
+        }
         try:
             for server in servers.values():
                 server.wait_ready()
@@ -168,35 +197,59 @@ def main(argv: list[str] | None = None) -> int:
             rounds = []
             for index in range(args.rounds):
                 order = list(servers) if index % 2 == 0 else list(reversed(servers))
-                rounds.append({name: asyncio.run(load(servers[name].url, args.clients, args.seconds, body))
-                               for name in order})
+                rounds.append(
+                    {name: asyncio.run(load(servers[name].url, args.clients, args.seconds, body)) for name in order}
+                )
             rss_after = {name: s.rss_mb() for name, s in servers.items()}
         finally:
             for server in servers.values():
                 server.stop()
     ratio = Rounds(tuple(r["batched"]["req_per_s"] / r["max_batch_1"]["req_per_s"] for r in rounds))
-    bad = [f"round {i}: {name} had {r[name]['errors']} errors" for i, r in enumerate(rounds, 1) for name in r
-           if r[name]["errors"]]
+    bad = [
+        f"round {i}: {name} had {r[name]['errors']} errors"
+        for i, r in enumerate(rounds, 1)
+        for name in r
+        if r[name]["errors"]
+    ]
     verdict = judge(ratio, TARGET, True, args.max_spread)
-    rss = {name: {"before_mb": rss_before[name], "after_mb": rss_after[name],
-                  "growth": rss_after[name] / rss_before[name] - 1} for name in servers}
-    report = {"clients": args.clients, "seconds": args.seconds, "rounds": rounds, "rss": rss,
-              "throughput_ratio": ratio.as_dict(), "target_3x": str(verdict), "errors": bad,
-              "rss_within_10pct": all(abs(v["growth"]) <= RSS_TOLERANCE for v in rss.values())}
+    rss = {
+        name: {
+            "before_mb": rss_before[name],
+            "after_mb": rss_after[name],
+            "growth": rss_after[name] / rss_before[name] - 1,
+        }
+        for name in servers
+    }
+    report = {
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "rounds": rounds,
+        "rss": rss,
+        "throughput_ratio": ratio.as_dict(),
+        "target_3x": str(verdict),
+        "errors": bad,
+        "rss_within_10pct": all(abs(v["growth"]) <= RSS_TOLERANCE for v in rss.values()),
+    }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{args.clients} clients x {args.seconds:g} s per server per round, {args.rounds} rounds, "
-              f"max_tokens {args.max_tokens}, model {model.name}")
+        print(
+            f"{args.clients} clients x {args.seconds:g} s per server per round, {args.rounds} rounds, "
+            f"max_tokens {args.max_tokens}, model {model.name}"
+        )
         print(f"{'':16}{'req/s':>10}{'p50 s':>10}{'p95 s':>10}{'503s':>8}{'errors':>8}")
         for i, each in enumerate(rounds, 1):
             for name in servers:
                 r = each[name]
-                print(f"{f'r{i} {name}':16}{r['req_per_s']:10.2f}{r['p50_s']:10.3f}{r['p95_s']:10.3f}"
-                      f"{r['busy_503']:8d}{r['errors']:8d}")
+                print(
+                    f"{f'r{i} {name}':16}{r['req_per_s']:10.2f}{r['p50_s']:10.3f}{r['p95_s']:10.3f}"
+                    f"{r['busy_503']:8d}{r['errors']:8d}"
+                )
         for name, v in rss.items():
-            print(f"RSS {name}: {v['before_mb']:.0f} MB before, {v['after_mb']:.0f} MB after ({v['growth']:+.1%}; "
-                  f"within 10%: {abs(v['growth']) <= RSS_TOLERANCE})")
+            print(
+                f"RSS {name}: {v['before_mb']:.0f} MB before, {v['after_mb']:.0f} MB after ({v['growth']:+.1%}; "
+                f"within 10%: {abs(v['growth']) <= RSS_TOLERANCE})"
+            )
         for line in bad:
             print("ERROR", line)
     print(f"batching vs --max-batch 1: throughput {ratio.describe()}; target >= {TARGET:g}x: {verdict}")

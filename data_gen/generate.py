@@ -555,7 +555,9 @@ def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None
         seconds = time.perf_counter() - start
         journal.close()
         manifest = write_shards(out_dir, config, plan, journal, prompts, llm)
-        report = build_report(plan, entries, config, manifest, torn_lines=journal.torn_lines, corrupt_lines=journal.corrupt_lines)
+        report = build_report(
+            plan, entries, config, manifest, torn_lines=journal.torn_lines, corrupt_lines=journal.corrupt_lines
+        )
         write_report(out_dir, report)
     return RunResult(manifest, report, new, resumed, seconds)
 

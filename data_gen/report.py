@@ -194,9 +194,14 @@ def render_markdown(report: dict) -> str:
     unknown = report["unknown_class_names"]
     lines.append(
         "- Class names in no vocabulary (kept verbatim): "
-        + ("; ".join(f"`{source}` " + ", ".join(f"{name!r} {n:,}" for name, n in names.items())
-                     for source, names in unknown.items()) or "none")
-    )  # fmt: skip
+        + (
+            "; ".join(
+                f"`{source}` " + ", ".join(f"{name!r} {n:,}" for name, n in names.items())
+                for source, names in unknown.items()
+            )
+            or "none"
+        )
+    )
     return "\n".join(lines) + "\n"
 
 

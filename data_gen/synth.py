@@ -60,9 +60,15 @@ def _geotiff(path: Path, bands: np.ndarray, transform=None) -> None:
     data = bands[None] if bands.ndim == 2 else np.moveaxis(bands, 2, 0)
     georef = {"crs": "EPSG:4326", "transform": transform} if transform is not None else {}
     with rasterio.open(
-        path, "w", driver="GTiff", width=data.shape[2], height=data.shape[1], count=data.shape[0],
-        dtype=data.dtype.name, **georef,
-    ) as dataset:  # fmt: skip
+        path,
+        "w",
+        driver="GTiff",
+        width=data.shape[2],
+        height=data.shape[1],
+        count=data.shape[0],
+        dtype=data.dtype.name,
+        **georef,
+    ) as dataset:
         dataset.write(data)
 
 
@@ -143,8 +149,13 @@ def write_spacenet(root: Path, scenes: list[OpticalScene]) -> dict:
         features = []
         for road in scene.roads:
             coords = [[*(transform @ point), 0.0] for point in road]  # SpaceNet stores a z value
-            features.append({"type": "Feature", "properties": {"road_type": "5"},
-                             "geometry": {"type": "LineString", "coordinates": coords}})  # fmt: skip
+            features.append(
+                {
+                    "type": "Feature",
+                    "properties": {"road_type": "5"},
+                    "geometry": {"type": "LineString", "coordinates": coords},
+                }
+            )
         geojson = {
             "type": "FeatureCollection",
             "crs": {"type": "name", "properties": {"name": "urn:ogc:def:crs:OGC:1.3:CRS84"}},
@@ -183,15 +194,39 @@ def write_rice(root: Path, scenes: list[OpticalScene]) -> dict:
 
 
 ISAID_NAMES = {  # DOTA class -> iSAID's mixed-case category name
-    "plane": "plane", "ship": "ship", "small-vehicle": "Small_Vehicle", "large-vehicle": "Large_Vehicle",
-    "storage-tank": "storage_tank", "tennis-court": "tennis_court", "swimming-pool": "Swimming_pool",
-    "helicopter": "Helicopter", "bridge": "Bridge", "harbor": "Harbor", "roundabout": "Roundabout",
-    "baseball-diamond": "baseball_diamond", "basketball-court": "basketball_court",
-    "ground-track-field": "Ground_Track_Field", "soccer-ball-field": "Soccer_ball_field",
-}  # fmt: skip
-ISAID_ORDER = ("ship", "storage_tank", "baseball_diamond", "tennis_court", "basketball_court", "Ground_Track_Field",
-               "Bridge", "Large_Vehicle", "Small_Vehicle", "Helicopter", "Swimming_pool", "Roundabout",
-               "Soccer_ball_field", "plane", "Harbor")  # fmt: skip
+    "plane": "plane",
+    "ship": "ship",
+    "small-vehicle": "Small_Vehicle",
+    "large-vehicle": "Large_Vehicle",
+    "storage-tank": "storage_tank",
+    "tennis-court": "tennis_court",
+    "swimming-pool": "Swimming_pool",
+    "helicopter": "Helicopter",
+    "bridge": "Bridge",
+    "harbor": "Harbor",
+    "roundabout": "Roundabout",
+    "baseball-diamond": "baseball_diamond",
+    "basketball-court": "basketball_court",
+    "ground-track-field": "Ground_Track_Field",
+    "soccer-ball-field": "Soccer_ball_field",
+}
+ISAID_ORDER = (
+    "ship",
+    "storage_tank",
+    "baseball_diamond",
+    "tennis_court",
+    "basketball_court",
+    "Ground_Track_Field",
+    "Bridge",
+    "Large_Vehicle",
+    "Small_Vehicle",
+    "Helicopter",
+    "Swimming_pool",
+    "Roundabout",
+    "Soccer_ball_field",
+    "plane",
+    "Harbor",
+)
 
 
 def write_isaid(root: Path, scenes: list[OpticalScene]) -> dict:
@@ -204,12 +239,17 @@ def write_isaid(root: Path, scenes: list[OpticalScene]) -> dict:
         for obj in scene.objects:
             xs, ys = zip(*obj.outline, strict=True)
             x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
-            annotations.append({
-                "id": len(annotations), "image_id": i, "category_id": category_ids[ISAID_NAMES[obj.label]],
-                "segmentation": [[round(v, 1) for point in obj.outline for v in point]],
-                "bbox": [round(x1, 1), round(y1, 1), round(x2 - x1, 1), round(y2 - y1, 1)],
-                "area": round((x2 - x1) * (y2 - y1), 1), "iscrowd": 0,
-            })  # fmt: skip
+            annotations.append(
+                {
+                    "id": len(annotations),
+                    "image_id": i,
+                    "category_id": category_ids[ISAID_NAMES[obj.label]],
+                    "segmentation": [[round(v, 1) for point in obj.outline for v in point]],
+                    "bbox": [round(x1, 1), round(y1, 1), round(x2 - x1, 1), round(y2 - y1, 1)],
+                    "area": round((x2 - x1) * (y2 - y1), 1),
+                    "iscrowd": 0,
+                }
+            )
         records[name[:-4]] = {"objects": _object_counts((ISAID_NAMES[o.label] for o in scene.objects), "iSAID")}
     categories = [{"id": category_ids[n], "name": n} for n in ISAID_ORDER]
     coco = {"images": images, "annotations": annotations, "categories": categories}
@@ -225,42 +265,99 @@ def _grid_box(bounds: tuple[float, float, float, float]) -> str:
     return f"{{<{x1}><{y1}><{x2}><{y2}>|<0>}}"
 
 
-LANDCOVER_NAMES = {1: "bare land", 2: "rangeland", 3: "developed space", 4: "road", 5: "trees", 6: "water",
-                   7: "agricultural land", 8: "buildings"}  # fmt: skip
-DESCRIBE = ["Describe the image in detail.", "Give a detailed description of this aerial image.",
-            "Write a short caption for this image.", "What is shown in this satellite image?",
-            "Can you tell me what this overhead picture contains?", "Describe what you see in this image.",
-            "Give me a brief overview of this area.", "What does this image show?", "Caption this aerial photo.",
-            "Tell me about this scene in a few words.", "Write one line describing this overhead image.",
-            "What is going on in this picture?", "Sum up this scene for me."]  # fmt: skip
-DOMINANT = ["Which land-cover type takes up the most space in this image? Answer in one word or a short phrase.",
-            "What covers most of the ground here?", "Which surface dominates this scene?",
-            "What is the prevailing land cover here?", "Which kind of ground cover is most common in this image?",
-            "What surface type covers the largest part of this picture?", "What does most of this area consist of?",
-            "Which land-use class prevails in this tile?"]  # fmt: skip
-PRESENCE = ["Is there any {name} visible in the image? Answer yes or no.", "Can you see {name} in this picture?",
-            "Does this scene contain {name}?", "Is any {name} visible here?", "Do you see {name} in this image?",
-            "Is there {name} anywhere in this scene?"]  # fmt: skip
-SETTLEMENT = ["Would you describe this place as built-up or as countryside?", "Is this a densely built area?",
-              "Does this look like a town or like open land?", "Is this place a town or countryside?",
-              "Would you call this an urban area?", "Does this area look rural to you?",
-              "Is this a built-up or a rural landscape?", "City or countryside: which is this?"]  # fmt: skip
-USE = ["What could this land be used for?", "What activities probably happen in this area?",
-       "Judging by its look, what is this place for?", "What is this area probably used for?",
-       "What purpose does this land seem to serve?", "What is the likely function of this place?",
-       "How do people probably use this area?"]  # fmt: skip
-SENSOR = ["What kind of imagery is this?", "Was this picture taken by a radar or by a camera?",
-          "Which type of sensor produced this image?", "Is this an optical photo or a radar image?",
-          "What sort of sensor took this picture?", "What kind of image is this: optical or SAR?",
-          "Which imaging technology produced this scene?"]  # fmt: skip
-TERRAIN = ["What type of landscape is this?", "How would you characterise the terrain here?",
-           "What landscape does this image show?", "Is the land here mostly farmland, forest, water or town?"]  # fmt: skip
-IMPRESSION = ["Without using any tools, what is your impression of this scene?",
-              "Just by looking, what would you say this area is like?",
-              "Don't run any analysis; just tell me your overall view of this place.",
-              "At a glance, what kind of place is this?"]  # fmt: skip
-USES = {1: "little, it is bare", 2: "grazing", 3: "parking and storage", 4: "transport", 5: "forestry", 6: "fishing",
-        7: "farming", 8: "housing"}  # fmt: skip
+LANDCOVER_NAMES = {
+    1: "bare land",
+    2: "rangeland",
+    3: "developed space",
+    4: "road",
+    5: "trees",
+    6: "water",
+    7: "agricultural land",
+    8: "buildings",
+}
+DESCRIBE = [
+    "Describe the image in detail.",
+    "Give a detailed description of this aerial image.",
+    "Write a short caption for this image.",
+    "What is shown in this satellite image?",
+    "Can you tell me what this overhead picture contains?",
+    "Describe what you see in this image.",
+    "Give me a brief overview of this area.",
+    "What does this image show?",
+    "Caption this aerial photo.",
+    "Tell me about this scene in a few words.",
+    "Write one line describing this overhead image.",
+    "What is going on in this picture?",
+    "Sum up this scene for me.",
+]
+DOMINANT = [
+    "Which land-cover type takes up the most space in this image? Answer in one word or a short phrase.",
+    "What covers most of the ground here?",
+    "Which surface dominates this scene?",
+    "What is the prevailing land cover here?",
+    "Which kind of ground cover is most common in this image?",
+    "What surface type covers the largest part of this picture?",
+    "What does most of this area consist of?",
+    "Which land-use class prevails in this tile?",
+]
+PRESENCE = [
+    "Is there any {name} visible in the image? Answer yes or no.",
+    "Can you see {name} in this picture?",
+    "Does this scene contain {name}?",
+    "Is any {name} visible here?",
+    "Do you see {name} in this image?",
+    "Is there {name} anywhere in this scene?",
+]
+SETTLEMENT = [
+    "Would you describe this place as built-up or as countryside?",
+    "Is this a densely built area?",
+    "Does this look like a town or like open land?",
+    "Is this place a town or countryside?",
+    "Would you call this an urban area?",
+    "Does this area look rural to you?",
+    "Is this a built-up or a rural landscape?",
+    "City or countryside: which is this?",
+]
+USE = [
+    "What could this land be used for?",
+    "What activities probably happen in this area?",
+    "Judging by its look, what is this place for?",
+    "What is this area probably used for?",
+    "What purpose does this land seem to serve?",
+    "What is the likely function of this place?",
+    "How do people probably use this area?",
+]
+SENSOR = [
+    "What kind of imagery is this?",
+    "Was this picture taken by a radar or by a camera?",
+    "Which type of sensor produced this image?",
+    "Is this an optical photo or a radar image?",
+    "What sort of sensor took this picture?",
+    "What kind of image is this: optical or SAR?",
+    "Which imaging technology produced this scene?",
+]
+TERRAIN = [
+    "What type of landscape is this?",
+    "How would you characterise the terrain here?",
+    "What landscape does this image show?",
+    "Is the land here mostly farmland, forest, water or town?",
+]
+IMPRESSION = [
+    "Without using any tools, what is your impression of this scene?",
+    "Just by looking, what would you say this area is like?",
+    "Don't run any analysis; just tell me your overall view of this place.",
+    "At a glance, what kind of place is this?",
+]
+USES = {
+    1: "little, it is bare",
+    2: "grazing",
+    3: "parking and storage",
+    4: "transport",
+    5: "forestry",
+    6: "fishing",
+    7: "farming",
+    8: "housing",
+}
 
 
 def _scene_questions(scene: OpticalScene, i: int) -> list[tuple[str, str, str]]:
@@ -277,12 +374,16 @@ def _scene_questions(scene: OpticalScene, i: int) -> list[tuple[str, str, str]]:
     counts = Counter(o.label.replace("-", " ") for o in scene.objects)
     things = ", ".join(f"{n} {label if n == 1 else label + 's'}" for label, n in sorted(counts.items()))
     mostly = f"mostly {LANDCOVER_NAMES[order[0]]} and {LANDCOVER_NAMES[order[1]]}"
-    described = (f"An overhead view of a mixed area, {mostly}, crossed by {len(scene.roads)} roads, "
-                 f"with {things or 'no vehicles or structures'}.")  # fmt: skip
+    described = (
+        f"An overhead view of a mixed area, {mostly}, crossed by {len(scene.roads)} roads, "
+        f"with {things or 'no vehicles or structures'}."
+    )
     code = (1, 2, 3, 5, 6, 7, 8)[i % 7]
     present = "Yes" if shares[code - 1] > 0.01 else "No"
     built = shares[2] + shares[3] + shares[7]  # developed space, road, buildings
-    settlement = "Built-up: roads and buildings cover much of it." if built > 0.3 else "Mostly open land with a few buildings."
+    settlement = (
+        "Built-up: roads and buildings cover much of it." if built > 0.3 else "Mostly open land with a few buildings."
+    )
     asked = [
         (rng.choice(DESCRIBE), described),
         (rng.choice(DOMINANT), LANDCOVER_NAMES[order[0]].capitalize()),
@@ -304,21 +405,40 @@ def write_geochat(root: Path, scenes: list[OpticalScene]) -> dict:
         _png(scene.image_png, root / "images" / name)
         counts = Counter(o.label.replace("-", " ") for o in scene.objects)
         label, count = sorted(counts.items())[0]
-        question = f"{IMAGE_PLACEHOLDER}\nHow many {label}s are there in the image? Answer in one word or a short phrase."
-        entries.append({"id": f"synth_{i}", "image": name,
-                        "conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": str(count)}]})  # fmt: skip
+        question = (
+            f"{IMAGE_PLACEHOLDER}\nHow many {label}s are there in the image? Answer in one word or a short phrase."
+        )
+        entries.append(
+            {
+                "id": f"synth_{i}",
+                "image": name,
+                "conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": str(count)}],
+            }
+        )
         records[f"synth_{i}"] = {"task": "vqa", "objects": 0, "answer": str(count)}
         for k, (question, answer, task) in enumerate(_scene_questions(scene, i)):
-            entries.append({"id": f"synth_{i}_chat{k}", "image": name,
-                            "conversations": [{"from": "human", "value": f"{IMAGE_PLACEHOLDER}\n{question}"},
-                                              {"from": "gpt", "value": answer}]})  # fmt: skip
+            entries.append(
+                {
+                    "id": f"synth_{i}_chat{k}",
+                    "image": name,
+                    "conversations": [
+                        {"from": "human", "value": f"{IMAGE_PLACEHOLDER}\n{question}"},
+                        {"from": "gpt", "value": answer},
+                    ],
+                }
+            )
             records[f"synth_{i}_chat{k}"] = {"task": task, "objects": 0, "answer": answer}
         if scene.referring is not None:
             index, phrases = scene.referring
             refer = f"{IMAGE_PLACEHOLDER}\n[refer] give me the location of <p>{phrases[0]}</p>"
             box = _grid_box(scene.objects[index].bounds)
-            entries.append({"id": f"synth_{i}_refer", "image": name,
-                            "conversations": [{"from": "human", "value": refer}, {"from": "gpt", "value": box}]})  # fmt: skip
+            entries.append(
+                {
+                    "id": f"synth_{i}_refer",
+                    "image": name,
+                    "conversations": [{"from": "human", "value": refer}, {"from": "gpt", "value": box}],
+                }
+            )
             x1, y1, x2, y2 = scene.objects[index].bounds
             records[f"synth_{i}_refer"] = {
                 "task": "refer",
@@ -343,11 +463,17 @@ def write_sardet(root: Path, scenes: list[SarScene]) -> dict:
         images.append({"id": i + 1, "file_name": name, "width": SIZE, "height": SIZE})
         for obj in scene.objects:
             x1, y1, x2, y2 = obj.bounds
-            annotations.append({
-                "id": len(annotations) + 1, "image_id": i + 1, "category_id": SAR_CATEGORY_IDS[obj.label],
-                "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
-                "area": round((x2 - x1) * (y2 - y1), 2), "iscrowd": 0, "segmentation": [],
-            })  # fmt: skip
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": i + 1,
+                    "category_id": SAR_CATEGORY_IDS[obj.label],
+                    "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
+                    "area": round((x2 - x1) * (y2 - y1), 2),
+                    "iscrowd": 0,
+                    "segmentation": [],
+                }
+            )
         records[name[:-4]] = {"objects": _object_counts((o.label for o in scene.objects), "SARDet-100K")}
     categories = [{"id": SAR_CATEGORY_IDS[n], "name": n} for n in SAR_CLASSES]
     coco = {"images": images, "annotations": annotations, "categories": categories}

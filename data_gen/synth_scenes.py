@@ -53,8 +53,20 @@ def _circle(n: int = 16) -> tuple[Point, ...]:
 
 
 RECT = ((-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5))
-CROSS = ((-0.5, -0.06), (-0.05, -0.06), (-0.05, -0.5), (0.08, -0.5), (0.08, -0.06), (0.5, -0.06),
-         (0.5, 0.06), (0.08, 0.06), (0.08, 0.5), (-0.05, 0.5), (-0.05, 0.06), (-0.5, 0.06))  # fmt: skip
+CROSS = (
+    (-0.5, -0.06),
+    (-0.05, -0.06),
+    (-0.05, -0.5),
+    (0.08, -0.5),
+    (0.08, -0.06),
+    (0.5, -0.06),
+    (0.5, 0.06),
+    (0.08, 0.06),
+    (0.08, 0.5),
+    (-0.05, 0.5),
+    (-0.05, 0.06),
+    (-0.5, 0.06),
+)
 HULL = ((-0.5, -0.3), (0.3, -0.5), (0.5, 0.0), (0.3, 0.5), (-0.5, 0.3))
 DIAMOND = ((0.0, -0.5), (0.5, 0.0), (0.0, 0.5), (-0.5, 0.0))
 
@@ -184,11 +196,13 @@ def _position(centre: Point) -> str:
     return "centre" if (row, col) == ("middle", "centre") else f"{row} {col}" if row != "middle" else f"middle {col}"
 
 
-AREA_WORDS = {"centre": ["in the centre", "at the centre of the image", "near the middle", "in the middle of the scene"],
-              "upper centre": ["near the top", "at the top of the image", "in the upper centre"],
-              "lower centre": ["near the bottom", "at the bottom of the image", "in the lower centre"],
-              "middle left": ["on the left side", "in the middle left", "towards the left edge"],
-              "middle right": ["on the right side", "in the middle right", "towards the right edge"]}  # fmt: skip
+AREA_WORDS = {
+    "centre": ["in the centre", "at the centre of the image", "near the middle", "in the middle of the scene"],
+    "upper centre": ["near the top", "at the top of the image", "in the upper centre"],
+    "lower centre": ["near the bottom", "at the bottom of the image", "in the lower centre"],
+    "middle left": ["on the left side", "in the middle left", "towards the left edge"],
+    "middle right": ["on the right side", "in the middle right", "towards the right edge"],
+}
 
 
 def _where(position: str, rng: np.random.Generator) -> str:
@@ -196,8 +210,13 @@ def _where(position: str, rng: np.random.Generator) -> str:
     if position in AREA_WORDS:
         options = AREA_WORDS[position]
     else:
-        options = [f"in the {position}", f"at the {position}", f"in the {position.replace(' ', '-')} corner",
-                   f"towards the {position}", f"in the {position} part of the image"]  # fmt: skip
+        options = [
+            f"in the {position}",
+            f"at the {position}",
+            f"in the {position.replace(' ', '-')} corner",
+            f"towards the {position}",
+            f"in the {position} part of the image",
+        ]
     return options[int(rng.integers(len(options)))]
 
 
@@ -219,7 +238,10 @@ def _referring(objects: list[PlacedObject], rng: np.random.Generator) -> tuple[i
         if areas[index] == sizes[-1] and sizes[-1] > 1.3 * sizes[-2]:
             return index, [f"the largest {names[index]}", f"the biggest {names[index]} {_where(positions[index], rng)}"]
         if areas[index] == sizes[0] and sizes[1] > 1.3 * sizes[0]:
-            return index, [f"the smallest {names[index]}", f"the smallest {names[index]} {_where(positions[index], rng)}"]
+            return index, [
+                f"the smallest {names[index]}",
+                f"the smallest {names[index]} {_where(positions[index], rng)}",
+            ]
     described = list(zip(names, positions, strict=True))
     for index in order:
         if described.count(described[index]) == 1:

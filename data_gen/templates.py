@@ -346,9 +346,7 @@ def _describe_output(view: dict, facts: dict) -> tuple[str, str]:
         if len(objects) == 1:
             area = f", covering {objects[0]['area'] * 100:.1f}% of the image" if "area" in objects[0] else ""
             return "one matching object", sentence(f"{expression} is at {boxes}{area}.")
-        return f"{len(objects)} matching objects", sentence(
-            f"{expression} matches {len(objects)} objects, at {boxes}."
-        )
+        return f"{len(objects)} matching objects", sentence(f"{expression} matches {len(objects)} objects, at {boxes}.")
     if tool in {"detect_all", "sar_detect_all", "detect_objects", "segment_instances"}:
         if not objects:
             wanted = join_words([plural(c) for c in params.get("categories", [])] or ["objects"])
@@ -403,7 +401,9 @@ class TemplateClient:
         rng = random.Random(seed)
         if stage == "plan":
             ability, difficulty = facts["ability"], facts["difficulty"]
-            frame = rng.choice(QUERIES[ability][difficulty]) if rng.random() < 0.3 else compose(ability, difficulty, rng)
+            frame = (
+                rng.choice(QUERIES[ability][difficulty]) if rng.random() < 0.3 else compose(ability, difficulty, rng)
+            )
             query = frame.format(**_slots(facts, rng))
             subject = TOOL_SUBJECT[facts["tool"]].format(**_slots(facts))
             reasoning = rng.choice(PLAN_REASONING).format(subject=subject, tool=facts["tool"])

@@ -54,8 +54,16 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
     if (export / "config.json").is_file():
         return export
     command = [*cfg.launcher] if cfg.launcher else [sys.executable]
-    command += [cfg.train_script, "--config", cfg.stage2_config, "model.init=llava_hf", f"model.llava_path={cfg.stage1}",
-                f"data.alpha={alpha}", f"output_dir={run_dir}", *cfg.overrides]  # fmt: skip
+    command += [
+        cfg.train_script,
+        "--config",
+        cfg.stage2_config,
+        "model.init=llava_hf",
+        f"model.llava_path={cfg.stage1}",
+        f"data.alpha={alpha}",
+        f"output_dir={run_dir}",
+        *cfg.overrides,
+    ]
     done = subprocess.run(command, check=False)
     if done.returncode != 0 or not (export / "config.json").is_file():
         raise GeoPilotInputError(
@@ -91,14 +99,23 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
         return "–" if value is None else f"{100 * value:.2f}"
 
     columns = [*SAR_TYPES, "SAR Avg", "HRBEN Avg"]
-    lines = ["# Optical replay ratio α (Table 14)", "", "| Multi-Stage | α | " + " | ".join(columns) + " |",
-             "|---|---|" + "---|" * len(columns)]  # fmt: skip
+    lines = [
+        "# Optical replay ratio α (Table 14)",
+        "",
+        "| Multi-Stage | α | " + " | ".join(columns) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
     best = max(rows, key=lambda r: r["SAR Avg"] or 0.0)
     for row in rows:
         mark = " **(best SAR Avg)**" if row is best else ""
         lines.append(f"| ✓ | {100 * row['alpha']:g}%{mark} | " + " | ".join(cell(row[c]) for c in columns) + " |")
-    lines += ["", "SAR Avg: mean of the OI/IC/OC/OP accuracies; HRBEN Avg: pooled accuracy over presence + comparison.",
-              "", "![alpha ablation](ablate_alpha.png)", ""]  # fmt: skip
+    lines += [
+        "",
+        "SAR Avg: mean of the OI/IC/OC/OP accuracies; HRBEN Avg: pooled accuracy over presence + comparison.",
+        "",
+        "![alpha ablation](ablate_alpha.png)",
+        "",
+    ]
     table = out / "ablate_alpha.md"
     table.write_text("\n".join(lines), encoding="utf-8")
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)

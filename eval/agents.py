@@ -41,8 +41,14 @@ class InfraError(Exception):
 class Reply:
     """One model turn: its text, OpenAI tool_calls (raw), and token counts."""
 
-    def __init__(self, text: str | None, tool_calls: list | None = None, tokens_in: int = 0, tokens_out: int = 0,
-                 cost_usd: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        text: str | None,
+        tool_calls: list | None = None,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        cost_usd: float | None = None,
+    ):
         self.text, self.tool_calls = text, tool_calls or []
         self.tokens_in, self.tokens_out, self.cost_usd = tokens_in, tokens_out, cost_usd
 
@@ -56,8 +62,16 @@ def execute(registry: ToolRegistry, parsed: ParsedReply, image: LoadedImage, cas
         except Exception as err:  # noqa: BLE001 - Action itself can reject an empty name
             result = ToolResult(call.tool or "?", dict(call.params), error=str(err), error_kind="unknown_tool")
         results.append(result)
-        records.append(CallRecord(tool=call.tool, params=dict(call.params), ok=result.ok, error_kind=result.error_kind,
-                                  error=result.error, round=round_))  # fmt: skip
+        records.append(
+            CallRecord(
+                tool=call.tool,
+                params=dict(call.params),
+                ok=result.ok,
+                error_kind=result.error_kind,
+                error=result.error,
+                round=round_,
+            )
+        )
     return records, results
 
 
@@ -86,8 +100,17 @@ def tool_loop(
             break
         if round_ > case.max_rounds:  # still asking for tools: recorded, not run
             run.rounds = round_
-            run.calls += [CallRecord(tool=c.tool, params=c.params, ok=False, error_kind="round_limit",
-                                     error="over max_rounds", round=round_) for c in parsed.calls]  # fmt: skip
+            run.calls += [
+                CallRecord(
+                    tool=c.tool,
+                    params=c.params,
+                    ok=False,
+                    error_kind="round_limit",
+                    error="over max_rounds",
+                    round=round_,
+                )
+                for c in parsed.calls
+            ]
             run.answer = parsed.answer
             break
         records, results = execute(registry, parsed, image, case, round_)
@@ -105,8 +128,9 @@ def _history(case: Case) -> list[dict]:
 
 
 def _failed_run(err: Exception, started: float) -> AgentRun:
-    return AgentRun(dialect="empty", infra_error=f"{type(err).__name__}: {err}"[:500],
-                    latency_s=time.perf_counter() - started)  # fmt: skip
+    return AgentRun(
+        dialect="empty", infra_error=f"{type(err).__name__}: {err}"[:500], latency_s=time.perf_counter() - started
+    )
 
 
 # -- geopilot -----------------------------------------------------------------------------------------------------
@@ -132,10 +156,20 @@ class GeoPilotAgent:
         started = time.perf_counter()
         try:
             torch.manual_seed(seed)
-            history = [{"role": "user", "content": t.content} if t.role == "user" else
-                       {"role": "assistant", "reasoning": "", "actions": [], "value": t.content} for t in case.history]
-            result = self.pilot.chat(str(image), case.query, history=history or None, max_rounds=case.max_rounds,
-                                     generation=self.generation, modality=case.modality)  # fmt: skip
+            history = [
+                {"role": "user", "content": t.content}
+                if t.role == "user"
+                else {"role": "assistant", "reasoning": "", "actions": [], "value": t.content}
+                for t in case.history
+            ]
+            result = self.pilot.chat(
+                str(image),
+                case.query,
+                history=history or None,
+                max_rounds=case.max_rounds,
+                generation=self.generation,
+                modality=case.modality,
+            )
         except Exception as err:  # noqa: BLE001 - an agent crash is an infra error of this row, not of the run
             return _failed_run(err, started)
         parsed_turns = [t for t in result.turns if t.parse != "failed"]
@@ -148,8 +182,17 @@ class GeoPilotAgent:
             rounds = case.max_rounds + 1
         return AgentRun(
             dialect=dialect,
-            calls=[CallRecord(tool=c.tool, params=c.params, ok=c.error is None, error_kind=c.error_kind,
-                              error=c.error, round=c.round) for c in result.tool_calls],  # fmt: skip
+            calls=[
+                CallRecord(
+                    tool=c.tool,
+                    params=c.params,
+                    ok=c.error is None,
+                    error_kind=c.error_kind,
+                    error=c.error,
+                    round=c.round,
+                )
+                for c in result.tool_calls
+            ],
             answer=result.answer,
             rounds=rounds,
             latency_s=result.timings.total,
@@ -173,9 +216,18 @@ def _data_url(image: Path) -> str:
 class OpenAIAgent:
     name = "openai"
 
-    def __init__(self, base_url: str, model: str, registry: ToolRegistry, api_key_env: str | None = None,
-                 tools_as: str = "prompt", temperature: float = 0.0, max_tokens: int = 1024, timeout_s: float = 120.0,
-                 retries: int = 2):  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        registry: ToolRegistry,
+        api_key_env: str | None = None,
+        tools_as: str = "prompt",
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        timeout_s: float = 120.0,
+        retries: int = 2,
+    ):
         import httpx
 
         if not base_url.startswith(("http://", "https://")):
@@ -193,9 +245,17 @@ class OpenAIAgent:
         self.client = httpx.Client(timeout=timeout_s, headers=headers)
         self.system = tool_prompt(registry) if tools_as == "prompt" else OPENAI_SYSTEM
         self.functions = openai_tools(registry) if tools_as == "openai" else None
-        self.prompt_hash = sha256_text(self.system + (json.dumps(self.functions, sort_keys=True) if self.functions else ""))
-        self.config = {"agent": self.name, "base_url": base_url, "model": model, "tools_as": tools_as,
-                       "temperature": temperature, "max_tokens": max_tokens}  # fmt: skip
+        self.prompt_hash = sha256_text(
+            self.system + (json.dumps(self.functions, sort_keys=True) if self.functions else "")
+        )
+        self.config = {
+            "agent": self.name,
+            "base_url": base_url,
+            "model": model,
+            "tools_as": tools_as,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+        }
 
     def _post(self, body: dict) -> dict:
         import httpx
@@ -224,8 +284,13 @@ class OpenAIAgent:
         raise InfraError(f"{problem} (after {self.retries + 1} attempts)")
 
     def _ask(self, messages: list[dict], seed: int) -> Reply:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature,
-                                "max_tokens": self.max_tokens, "seed": seed}  # fmt: skip
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "seed": seed,
+        }
         if self.functions:
             body["tools"] = self.functions
         data = self._post(body)
@@ -235,8 +300,13 @@ class OpenAIAgent:
             raise InfraError("the response has no choices[0].message") from None
         usage = data.get("usage") or {}
         cost = usage.get("cost") if isinstance(usage.get("cost"), int | float) else None
-        return Reply(message.get("content"), message.get("tool_calls"), int(usage.get("prompt_tokens") or 0),
-                     int(usage.get("completion_tokens") or 0), cost)  # fmt: skip
+        return Reply(
+            message.get("content"),
+            message.get("tool_calls"),
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            cost,
+        )
 
     def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
         started = time.perf_counter()

@@ -13,7 +13,9 @@ from geopilot.eval.planning_set import write_planning
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--images", required=True, help="folder with optical/, cloudy/, sar/ (or a geopilot synth output)")
+    parser.add_argument(
+        "--images", required=True, help="folder with optical/, cloudy/, sar/ (or a geopilot synth output)"
+    )
     parser.add_argument("--out", required=True, help="the case file to write (JSONL); image paths are relative to it")
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
 

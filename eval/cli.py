@@ -15,11 +15,23 @@ from geopilot.errors import GeoPilotInputError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "planning": ("geopilot.eval.planning_cli", "task planning (TSA/PA/NTA/OPA) of an agent over the planning set"),
     "build-planning": ("geopilot.eval.build_cli", "rebuild the 500-query planning set over a folder of images"),
-    "build-indicators": ("geopilot.eval.indicator_suite", "the indicator case suite over a `geopilot synth-region` folder"),
+    "build-indicators": (
+        "geopilot.eval.indicator_suite",
+        "the indicator case suite over a `geopilot synth-region` folder",
+    ),
     "leaderboard": ("geopilot.eval.leaderboard_cli", "compare run folders: Tables 5-7 + paired bootstrap CIs"),
-    "rsvqa-lr": ("geopilot.eval.task_commands.rsvqa_lr", "RSVQA-LRBEN accuracy by type (avg: presence/comp/rural_urban)"),
-    "rsvqa-hr": ("geopilot.eval.task_commands.rsvqa_hr", "RSVQA-HRBEN (test set 2) accuracy by type (avg: presence/comp)"),
-    "referring": ("geopilot.eval.task_commands.referring", "GeoChat referring detection Acc@0.5 by size, single/multiple"),
+    "rsvqa-lr": (
+        "geopilot.eval.task_commands.rsvqa_lr",
+        "RSVQA-LRBEN accuracy by type (avg: presence/comp/rural_urban)",
+    ),
+    "rsvqa-hr": (
+        "geopilot.eval.task_commands.rsvqa_hr",
+        "RSVQA-HRBEN (test set 2) accuracy by type (avg: presence/comp)",
+    ),
+    "referring": (
+        "geopilot.eval.task_commands.referring",
+        "GeoChat referring detection Acc@0.5 by size, single/multiple",
+    ),
     "sar-vqa": ("geopilot.eval.task_commands.sar_vqa", "SAR VQA accuracy: OI, IC, OC, OP and their average"),
     "sar-caption": ("geopilot.eval.task_commands.sar_caption", "SARLANG-1M-Cap captioning: BLEU-1..4, ROUGE-L, CIDEr"),
     "captions": ("geopilot.eval.task_commands.captions", "caption metrics of --pred/--ref JSONL files (no model)"),
@@ -34,9 +46,15 @@ class _Parser(argparse.ArgumentParser):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = "subcommands:\n" + "\n".join(f"  {name:<16} {summary}" for name, (_, summary) in SUBCOMMANDS.items())
-    parser.add_argument("subcommand", choices=list(SUBCOMMANDS), metavar="subcommand", help="one of: " + ", ".join(SUBCOMMANDS))
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help="the subcommand's arguments (see geopilot eval <subcommand> --help)")
+    parser.epilog = "subcommands:\n" + "\n".join(
+        f"  {name:<16} {summary}" for name, (_, summary) in SUBCOMMANDS.items()
+    )
+    parser.add_argument(
+        "subcommand", choices=list(SUBCOMMANDS), metavar="subcommand", help="one of: " + ", ".join(SUBCOMMANDS)
+    )
+    parser.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="the subcommand's arguments (see geopilot eval <subcommand> --help)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,10 +22,28 @@ CO2 = "co2_suitability"
 EROSION = "erosion_probability"
 PCT_TOL = 0.5  # percentage points: the tools round to 0.01, answers may round to 0.1
 MEAN_TOL = 0.01
-NOT_FOUND = ["not found", "does not exist", "doesn't exist", "no municipality", "no province", "no area",
-             "could not find", "couldn't find", "unknown", "no existe", "not exist"]
-DISPLAY_ONLY = ["display only", "display-only", "cannot be analysed", "cannot be analyzed", "only for display",
-                "not analysable", "can't be analysed"]
+NOT_FOUND = [
+    "not found",
+    "does not exist",
+    "doesn't exist",
+    "no municipality",
+    "no province",
+    "no area",
+    "could not find",
+    "couldn't find",
+    "unknown",
+    "no existe",
+    "not exist",
+]
+DISPLAY_ONLY = [
+    "display only",
+    "display-only",
+    "cannot be analysed",
+    "cannot be analyzed",
+    "only for display",
+    "not analysable",
+    "can't be analysed",
+]
 
 
 def _call(tool: str, **params: Any) -> dict:
@@ -36,19 +54,41 @@ def _check(tool: str, field: str, op: str, value: Any = None) -> dict:
     return {"tool": tool, "field": field, "op": op, "value": value}
 
 
-def _case(cid, query, category, difficulty, calls, *, checks=(), contain=(), forbid=(), truth=(), history=(), rounds=None,
-          tool_errors=False):
+def _case(
+    cid,
+    query,
+    category,
+    difficulty,
+    calls,
+    *,
+    checks=(),
+    contain=(),
+    forbid=(),
+    truth=(),
+    history=(),
+    rounds=None,
+    tool_errors=False,
+):
     tools = []
     for call in calls:
         if call["tool"] not in tools:
             tools.append(call["tool"])
     return {
-        "id": cid, "query": query, "image": None, "modality": None, "category": category, "difficulty": difficulty,
-        "expected_tools": tools, "param_checks": list(checks), "must_contain": list(contain),
-        "must_not_contain": list(forbid), "ground_truth": [{"label": lbl, "value": round(v, 4), "tolerance": round(tol, 3)}
-                                                         for lbl, v, tol in truth],
-        "max_rounds": rounds if rounds is not None else max(len(calls), 1) + 1, "history": list(history),
-        "reference_calls": list(calls), "expect_tool_errors": tool_errors,
+        "id": cid,
+        "query": query,
+        "image": None,
+        "modality": None,
+        "category": category,
+        "difficulty": difficulty,
+        "expected_tools": tools,
+        "param_checks": list(checks),
+        "must_contain": list(contain),
+        "must_not_contain": list(forbid),
+        "ground_truth": [{"label": lbl, "value": round(v, 4), "tolerance": round(tol, 3)} for lbl, v, tol in truth],
+        "max_rounds": rounds if rounds is not None else max(len(calls), 1) + 1,
+        "history": list(history),
+        "reference_calls": list(calls),
+        "expect_tool_errors": tool_errors,
     }
 
 
@@ -64,27 +104,58 @@ def build_cases(truth: dict) -> list[dict]:
     classes = ["forest", "cropland", "grassland", "urban", "water"]
     for i, name in enumerate(names):
         cls = classes[i % len(classes)]
-        add(_case(f"share-{i:02d}", f"What percentage of {name} is covered by {cls}?", "tool_selection", "easy",
-                  [_call("analyse_area", layer=LAND, area=name, level="municipality")],
-                  checks=[_check("analyse_area", "layer", "equals", LAND), _check("analyse_area", "area", "contains", name)],
-                  truth=[(cls, m[name][LAND][cls], PCT_TOL)], forbid=["error"]))
+        add(
+            _case(
+                f"share-{i:02d}",
+                f"What percentage of {name} is covered by {cls}?",
+                "tool_selection",
+                "easy",
+                [_call("analyse_area", layer=LAND, area=name, level="municipality")],
+                checks=[
+                    _check("analyse_area", "layer", "equals", LAND),
+                    _check("analyse_area", "area", "contains", name),
+                ],
+                truth=[(cls, m[name][LAND][cls], PCT_TOL)],
+                forbid=["error"],
+            )
+        )
     for i, name in enumerate(names[::2]):
-        add(_case(f"co2-{i:02d}", f"How much of the municipality of {name} is eligible for CO2 afforestation credits "
-                  "without conditions?", "tool_selection", "easy",
-                  [_call("analyse_area", layer=CO2, area=name, level="municipality")],
-                  checks=[_check("analyse_area", "layer", "equals", CO2)],
-                  truth=[("eligible", m[name][CO2]["eligible"], PCT_TOL)]))
+        add(
+            _case(
+                f"co2-{i:02d}",
+                f"How much of the municipality of {name} is eligible for CO2 afforestation credits without conditions?",
+                "tool_selection",
+                "easy",
+                [_call("analyse_area", layer=CO2, area=name, level="municipality")],
+                checks=[_check("analyse_area", "layer", "equals", CO2)],
+                truth=[("eligible", m[name][CO2]["eligible"], PCT_TOL)],
+            )
+        )
 
     # continuous statistics
     for i, name in enumerate(provinces):
-        add(_case(f"erosion-province-{i}", f"What is the mean soil erosion probability in the province of {name}?",
-                  "statistics", "easy", [_call("analyse_area", layer=EROSION, area=name, level="province")],
-                  checks=[_check("analyse_area", "level", "equals", "province")],
-                  truth=[("mean", p[name][EROSION]["mean"], MEAN_TOL)]))
+        add(
+            _case(
+                f"erosion-province-{i}",
+                f"What is the mean soil erosion probability in the province of {name}?",
+                "statistics",
+                "easy",
+                [_call("analyse_area", layer=EROSION, area=name, level="province")],
+                checks=[_check("analyse_area", "level", "equals", "province")],
+                truth=[("mean", p[name][EROSION]["mean"], MEAN_TOL)],
+            )
+        )
     for i, name in enumerate(names[1::3]):
-        add(_case(f"erosion-max-{i}", f"What is the highest erosion probability found anywhere in {name}?",
-                  "statistics", "medium", [_call("analyse_area", layer=EROSION, area=name, level="municipality")],
-                  truth=[("max", m[name][EROSION]["max"], MEAN_TOL)]))
+        add(
+            _case(
+                f"erosion-max-{i}",
+                f"What is the highest erosion probability found anywhere in {name}?",
+                "statistics",
+                "medium",
+                [_call("analyse_area", layer=EROSION, area=name, level="municipality")],
+                truth=[("max", m[name][EROSION]["max"], MEAN_TOL)],
+            )
+        )
 
     # comparison, including near-equal pairs (differences of 0.1 to 2 points)
     pairs = [(names[a], names[b]) for a, b in ((0, 1), (4, 5), (6, 7), (10, 11), (2, 9), (3, 8))]
@@ -92,80 +163,174 @@ def build_cases(truth: dict) -> list[dict]:
         va, vb = m[a][LAND]["forest"], m[b][LAND]["forest"]
         winner = a if va > vb else b
         near = abs(va - vb) <= 2
-        add(_case(f"compare-forest-{i}", f"Which has the larger share of forest, {a} or {b}?", "comparison",
-                  "hard" if near else "medium",
-                  [_call("compare_areas", layer=LAND, areas=[a, b], level="municipality", metric="forest")],
-                  checks=[_check("compare_areas", "metric", "equals", "forest")], contain=[winner],
-                  truth=[(a, va, min(PCT_TOL, abs(va - vb) / 2.5)), (b, vb, min(PCT_TOL, abs(va - vb) / 2.5))]))
+        add(
+            _case(
+                f"compare-forest-{i}",
+                f"Which has the larger share of forest, {a} or {b}?",
+                "comparison",
+                "hard" if near else "medium",
+                [_call("compare_areas", layer=LAND, areas=[a, b], level="municipality", metric="forest")],
+                checks=[_check("compare_areas", "metric", "equals", "forest")],
+                contain=[winner],
+                truth=[(a, va, min(PCT_TOL, abs(va - vb) / 2.5)), (b, vb, min(PCT_TOL, abs(va - vb) / 2.5))],
+            )
+        )
     for i, (a, b) in enumerate(zip(provinces[:2], provinces[2:], strict=True)):
         va, vb = p[a][EROSION]["mean"], p[b][EROSION]["mean"]
-        add(_case(f"compare-erosion-{i}", f"Is erosion risk higher on average in {a} or in {b}?", "comparison", "medium",
-                  [_call("compare_areas", layer=EROSION, areas=[a, b], level="province", metric="mean")],
-                  contain=[a if va > vb else b]))
+        add(
+            _case(
+                f"compare-erosion-{i}",
+                f"Is erosion risk higher on average in {a} or in {b}?",
+                "comparison",
+                "medium",
+                [_call("compare_areas", layer=EROSION, areas=[a, b], level="province", metric="mean")],
+                contain=[a if va > vb else b],
+            )
+        )
 
     # ranking
-    for i, (metric, layer, order) in enumerate([("mean", EROSION, "top"), ("mean", EROSION, "bottom"),
-                                                ("forest", LAND, "top"), ("urban", LAND, "bottom"),
-                                                ("eligible", CO2, "top"), ("water", LAND, "top")]):
+    for i, (metric, layer, order) in enumerate(
+        [
+            ("mean", EROSION, "top"),
+            ("mean", EROSION, "bottom"),
+            ("forest", LAND, "top"),
+            ("urban", LAND, "bottom"),
+            ("eligible", CO2, "top"),
+            ("water", LAND, "top"),
+        ]
+    ):
         values = {n: (m[n][layer][metric]) for n in names}
         ranked = sorted(values, key=values.get, reverse=order == "top")[:3]
-        what = f"mean {layer.replace('_', ' ')}" if metric == "mean" else f"share of {metric} ({layer.replace('_', ' ')})"
-        add(_case(f"rank-{i}", f"List the three municipalities with the {'highest' if order == 'top' else 'lowest'} "
-                  f"{what}.", "ranking", "medium",
-                  [_call("rank_areas", layer=layer, level="municipality", metric=metric, n=3, order=order)],
-                  checks=[_check("rank_areas", "order", "equals", order)], contain=ranked))
+        what = (
+            f"mean {layer.replace('_', ' ')}" if metric == "mean" else f"share of {metric} ({layer.replace('_', ' ')})"
+        )
+        add(
+            _case(
+                f"rank-{i}",
+                f"List the three municipalities with the {'highest' if order == 'top' else 'lowest'} {what}.",
+                "ranking",
+                "medium",
+                [_call("rank_areas", layer=layer, level="municipality", metric=metric, n=3, order=order)],
+                checks=[_check("rank_areas", "order", "equals", order)],
+                contain=ranked,
+            )
+        )
     for i, country in enumerate(truth["country"]):
         inside = [n for n in names if truth["municipality"][n]["id"].startswith(truth["country"][country]["id"])]
         best = max(inside, key=lambda n: m[n][EROSION]["mean"])
-        add(_case(f"rank-within-{i}", f"Which municipality of {country} has the highest mean erosion probability?",
-                  "ranking", "hard", [_call("rank_areas", layer=EROSION, level="municipality", metric="mean", n=1,
-                                            within=country)],
-                  checks=[_check("rank_areas", "within", "contains", country)], contain=[best]))
+        add(
+            _case(
+                f"rank-within-{i}",
+                f"Which municipality of {country} has the highest mean erosion probability?",
+                "ranking",
+                "hard",
+                [_call("rank_areas", layer=EROSION, level="municipality", metric="mean", n=1, within=country)],
+                checks=[_check("rank_areas", "within", "contains", country)],
+                contain=[best],
+            )
+        )
 
     # thresholds
-    for i, (metric, layer, op, threshold) in enumerate([("urban", LAND, "above", 20.0), ("forest", LAND, "above", 25.0),
-                                                        ("water", LAND, "below", 10.0), ("mean", EROSION, "above", 0.5),
-                                                        ("eligible", CO2, "above", 30.0), ("grassland", LAND, "below", 15.0)]):
-        count = sum(1 for n in names if (m[n][layer][metric] > threshold if op == "above" else m[n][layer][metric] < threshold))
+    for i, (metric, layer, op, threshold) in enumerate(
+        [
+            ("urban", LAND, "above", 20.0),
+            ("forest", LAND, "above", 25.0),
+            ("water", LAND, "below", 10.0),
+            ("mean", EROSION, "above", 0.5),
+            ("eligible", CO2, "above", 30.0),
+            ("grassland", LAND, "below", 15.0),
+        ]
+    ):
+        count = sum(
+            1 for n in names if (m[n][layer][metric] > threshold if op == "above" else m[n][layer][metric] < threshold)
+        )
         unit = "" if metric == "mean" else "%"
-        what = f"a mean erosion probability {op} {threshold}" if metric == "mean" else f"{op} {threshold:g}{unit} {metric}"
-        add(_case(f"threshold-{i}", f"How many municipalities have {what}?", "threshold", "medium",
-                  [_call("threshold_count", layer=layer, level="municipality", metric=metric, op=op, threshold=threshold)],
-                  checks=[_check("threshold_count", "op", "equals", op)], truth=[("municipalities", count, 0)]))
+        what = (
+            f"a mean erosion probability {op} {threshold}" if metric == "mean" else f"{op} {threshold:g}{unit} {metric}"
+        )
+        add(
+            _case(
+                f"threshold-{i}",
+                f"How many municipalities have {what}?",
+                "threshold",
+                "medium",
+                [
+                    _call(
+                        "threshold_count", layer=layer, level="municipality", metric=metric, op=op, threshold=threshold
+                    )
+                ],
+                checks=[_check("threshold_count", "op", "equals", op)],
+                truth=[("municipalities", count, 0)],
+            )
+        )
 
     # time series (a dated layer: only statistics_over_time covers every date)
     for i, name in enumerate(names[::2]):
         series = m[name]["ndvi"]
         change = series["2024"]["mean"] - series["2021"]["mean"]
-        add(_case(f"ndvi-trend-{i}", f"How did the mean NDVI of {name} change between 2021 and 2024?", "time_series",
-                  "medium", [_call("statistics_over_time", layer="ndvi", area=name, level="municipality")],
-                  truth=[("change", change, MEAN_TOL)], contain=[["increase", "increased", "rose", "grew", "decrease",
-                                                                  "decreased", "fell", "dropped", "declined"]]))
+        add(
+            _case(
+                f"ndvi-trend-{i}",
+                f"How did the mean NDVI of {name} change between 2021 and 2024?",
+                "time_series",
+                "medium",
+                [_call("statistics_over_time", layer="ndvi", area=name, level="municipality")],
+                truth=[("change", change, MEAN_TOL)],
+                contain=[
+                    ["increase", "increased", "rose", "grew", "decrease", "decreased", "fell", "dropped", "declined"]
+                ],
+            )
+        )
     for i, name in enumerate(names[1::4]):
-        add(_case(f"ndvi-year-{i}", f"What was the mean NDVI in {name} in 2022?", "time_series", "easy",
-                  [_call("analyse_area", layer="ndvi", area=name, level="municipality", date="2022")],
-                  checks=[_check("analyse_area", "date", "equals", "2022")],
-                  truth=[("NDVI", m[name]["ndvi"]["2022"]["mean"], MEAN_TOL)]))
+        add(
+            _case(
+                f"ndvi-year-{i}",
+                f"What was the mean NDVI in {name} in 2022?",
+                "time_series",
+                "easy",
+                [_call("analyse_area", layer="ndvi", area=name, level="municipality", date="2022")],
+                checks=[_check("analyse_area", "date", "equals", "2022")],
+                truth=[("NDVI", m[name]["ndvi"]["2022"]["mean"], MEAN_TOL)],
+            )
+        )
 
     # cross-indicator synthesis
     for i, name in enumerate(names[::2]):
-        add(_case(f"cross-{i}", f"For {name}, give the share of land eligible for CO2 credits and the mean erosion "
-                  "probability.", "cross_indicator", "hard",
-                  [_call("analyse_area", layer=CO2, area=name, level="municipality"),
-                   _call("analyse_area", layer=EROSION, area=name, level="municipality")],
-                  truth=[("eligible", m[name][CO2]["eligible"], PCT_TOL), ("mean", m[name][EROSION]["mean"], MEAN_TOL)],
-                  rounds=3))
+        add(
+            _case(
+                f"cross-{i}",
+                f"For {name}, give the share of land eligible for CO2 credits and the mean erosion probability.",
+                "cross_indicator",
+                "hard",
+                [
+                    _call("analyse_area", layer=CO2, area=name, level="municipality"),
+                    _call("analyse_area", layer=EROSION, area=name, level="municipality"),
+                ],
+                truth=[("eligible", m[name][CO2]["eligible"], PCT_TOL), ("mean", m[name][EROSION]["mean"], MEAN_TOL)],
+                rounds=3,
+            )
+        )
 
     # memory: a prior exchange in `history`, the follow-up leaves the layer implicit
     for i in range(8):
         first, second = names[i], names[(i + 5) % len(names)]
         cls = classes[(i + 2) % len(classes)]
-        history = [{"role": "user", "content": f"What share of {first} is {cls}?"},
-                   {"role": "assistant", "content": f"In {first}, {cls} covers {m[first][LAND][cls]:.1f} % of the land."}]
-        add(_case(f"memory-{i}", f"And in {second}?", "memory", "hard",
-                  [_call("analyse_area", layer=LAND, area=second, level="municipality")],
-                  checks=[_check("analyse_area", "area", "contains", second)],
-                  truth=[(cls, m[second][LAND][cls], PCT_TOL)], history=history))
+        history = [
+            {"role": "user", "content": f"What share of {first} is {cls}?"},
+            {"role": "assistant", "content": f"In {first}, {cls} covers {m[first][LAND][cls]:.1f} % of the land."},
+        ]
+        add(
+            _case(
+                f"memory-{i}",
+                f"And in {second}?",
+                "memory",
+                "hard",
+                [_call("analyse_area", layer=LAND, area=second, level="municipality")],
+                checks=[_check("analyse_area", "area", "contains", second)],
+                truth=[(cls, m[second][LAND][cls], PCT_TOL)],
+                history=history,
+            )
+        )
 
     # multilingual: the area name is the label, so an answer in any language can be scored
     templates = {
@@ -177,51 +342,144 @@ def build_cases(truth: dict) -> list[dict]:
     for j, (lang, text) in enumerate(templates.items()):
         for k in range(4):
             name = names[(3 * j + k) % len(names)]
-            add(_case(f"multilingual-{lang}-{k}", text.format(n=name), f"multilingual_{lang}", "medium",
-                      [_call("analyse_area", layer=EROSION, area=name, level="municipality")],
-                      checks=[_check("analyse_area", "layer", "equals", EROSION)],
-                      truth=[(name, m[name][EROSION]["mean"], MEAN_TOL)]))
+            add(
+                _case(
+                    f"multilingual-{lang}-{k}",
+                    text.format(n=name),
+                    f"multilingual_{lang}",
+                    "medium",
+                    [_call("analyse_area", layer=EROSION, area=name, level="municipality")],
+                    checks=[_check("analyse_area", "layer", "equals", EROSION)],
+                    truth=[(name, m[name][EROSION]["mean"], MEAN_TOL)],
+                )
+            )
 
     # spatial relations and catalogue questions
     for i, name in enumerate(names[::3]):
-        add(_case(f"province-of-{i}", f"Which province is {name} in?", "spatial", "easy",
-                  [_call("lookup_area", name=name)], contain=[next(pn for pn in provinces if pn == _parent(truth, name))]))
+        add(
+            _case(
+                f"province-of-{i}",
+                f"Which province is {name} in?",
+                "spatial",
+                "easy",
+                [_call("lookup_area", name=name)],
+                contain=[next(pn for pn in provinces if pn == _parent(truth, name))],
+            )
+        )
     for i, name in enumerate(provinces):
         inside = [n for n in names if _parent(truth, n) == name]
-        add(_case(f"municipalities-of-{i}", f"Which municipalities lie within {name}?", "spatial", "medium",
-                  [_call("select_features", area=name, level="province", target_level="municipality", relation="within")],
-                  contain=inside))
-    add(_case("layers", "Which indicator layers can you analyse?", "catalogue", "easy", [_call("list_layers")],
-              contain=["land_cover", "erosion_probability", "co2_suitability"]))
-    add(_case("legend-land", "What classes does the land cover layer distinguish?", "catalogue", "easy",
-              [_call("get_legend", layer=LAND)], contain=classes))
-    add(_case("legend-co2", "What are the categories of the CO2 suitability layer?", "catalogue", "easy",
-              [_call("get_legend", layer=CO2)], contain=["eligible", "not eligible"]))
+        add(
+            _case(
+                f"municipalities-of-{i}",
+                f"Which municipalities lie within {name}?",
+                "spatial",
+                "medium",
+                [_call("select_features", area=name, level="province", target_level="municipality", relation="within")],
+                contain=inside,
+            )
+        )
+    add(
+        _case(
+            "layers",
+            "Which indicator layers can you analyse?",
+            "catalogue",
+            "easy",
+            [_call("list_layers")],
+            contain=["land_cover", "erosion_probability", "co2_suitability"],
+        )
+    )
+    add(
+        _case(
+            "legend-land",
+            "What classes does the land cover layer distinguish?",
+            "catalogue",
+            "easy",
+            [_call("get_legend", layer=LAND)],
+            contain=classes,
+        )
+    )
+    add(
+        _case(
+            "legend-co2",
+            "What are the categories of the CO2 suitability layer?",
+            "catalogue",
+            "easy",
+            [_call("get_legend", layer=CO2)],
+            contain=["eligible", "not eligible"],
+        )
+    )
     for i, (a, b) in enumerate(pairs[:3]):
-        add(_case(f"chart-{i}", f"Make a bar chart comparing the forest share of {a} and {b}.", "chart", "medium",
-                  [_call("generate_chart", layer=LAND, areas=[a, b], level="municipality", metric="forest")],
-                  checks=[_check("generate_chart", "areas", "nonempty")]))
+        add(
+            _case(
+                f"chart-{i}",
+                f"Make a bar chart comparing the forest share of {a} and {b}.",
+                "chart",
+                "medium",
+                [_call("generate_chart", layer=LAND, areas=[a, b], level="municipality", metric="forest")],
+                checks=[_check("generate_chart", "areas", "nonempty")],
+            )
+        )
     for i, name in enumerate(names[2:4]):
-        add(_case(f"buffer-{i}", f"How large would {name} be, in square kilometres, with a 2 km buffer around it?",
-                  "spatial", "medium", [_call("buffer_area", area=name, level="municipality", distance_m=2000.0)],
-                  checks=[_check("buffer_area", "distance_m", "equals", 2000.0)],
-                  contain=[["km2", "km²", "square kilometres", "square kilometers", "km"]]))
+        add(
+            _case(
+                f"buffer-{i}",
+                f"How large would {name} be, in square kilometres, with a 2 km buffer around it?",
+                "spatial",
+                "medium",
+                [_call("buffer_area", area=name, level="municipality", distance_m=2000.0)],
+                checks=[_check("buffer_area", "distance_m", "equals", 2000.0)],
+                contain=[["km2", "km²", "square kilometres", "square kilometers", "km"]],
+            )
+        )
 
     # error handling and refusal
     for i, ghost in enumerate(["Villarriba del Monte", "Santa Comba de Xallas", "Atlantis", "Porto Novo da Ria"]):
-        add(_case(f"missing-area-{i}", f"What percentage of {ghost} is forest?", "error_handling", "hard",
-                  [_call("analyse_area", layer=LAND, area=ghost, level="municipality")],
-                  contain=[NOT_FOUND], forbid=["%"], rounds=3, tool_errors=True))
+        add(
+            _case(
+                f"missing-area-{i}",
+                f"What percentage of {ghost} is forest?",
+                "error_handling",
+                "hard",
+                [_call("analyse_area", layer=LAND, area=ghost, level="municipality")],
+                contain=[NOT_FOUND],
+                forbid=["%"],
+                rounds=3,
+                tool_errors=True,
+            )
+        )
     for i, name in enumerate(names[::4]):
-        add(_case(f"display-only-{i}", f"What is the average hillshade value in {name}?", "error_handling", "hard",
-                  [_call("analyse_area", layer="hillshade", area=name, level="municipality")],
-                  contain=[DISPLAY_ONLY], rounds=3, tool_errors=True))
-    for i, query in enumerate(["What will the weather be in Braçal tomorrow?", "Book me a hotel in Évora Nova.",
-                               "Translate this sentence into French: the river is high.",
-                               "Who won the football league in Valdoria last year?",
-                               "Write a poem about Ribera Baja.", "What is the population of Lusavia?"]):
-        add(_case(f"refuse-{i}", query, "refusal", "medium",
-                  [_call("reject_task", reason="outside the indicator tools")], rounds=2))
+        add(
+            _case(
+                f"display-only-{i}",
+                f"What is the average hillshade value in {name}?",
+                "error_handling",
+                "hard",
+                [_call("analyse_area", layer="hillshade", area=name, level="municipality")],
+                contain=[DISPLAY_ONLY],
+                rounds=3,
+                tool_errors=True,
+            )
+        )
+    for i, query in enumerate(
+        [
+            "What will the weather be in Braçal tomorrow?",
+            "Book me a hotel in Évora Nova.",
+            "Translate this sentence into French: the river is high.",
+            "Who won the football league in Valdoria last year?",
+            "Write a poem about Ribera Baja.",
+            "What is the population of Lusavia?",
+        ]
+    ):
+        add(
+            _case(
+                f"refuse-{i}",
+                query,
+                "refusal",
+                "medium",
+                [_call("reject_task", reason="outside the indicator tools")],
+                rounds=2,
+            )
+        )
     return cases
 
 

@@ -84,7 +84,10 @@ def summarise(rows: list[dict], category_order: list[str], difficulty_order: lis
     good = valid(rows)
     seeds = sorted({row["seed"] for row in rows})
     accuracy = [
-        ratio(sum(1 for r in good if r["seed"] == seed and r["score"]["passed"]), sum(1 for r in good if r["seed"] == seed))
+        ratio(
+            sum(1 for r in good if r["seed"] == seed and r["score"]["passed"]),
+            sum(1 for r in good if r["seed"] == seed),
+        )
         for seed in seeds
     ]
     latencies = sorted(row["run"]["latency_s"] for row in good)
@@ -94,7 +97,10 @@ def summarise(rows: list[dict], category_order: list[str], difficulty_order: lis
         "std": {metric: stats[metric]["std"] for metric in METRICS},
         "ci95": {metric: stats[metric]["ci95"] for metric in METRICS},
         "per_seed": {metric: stats[metric]["per_seed"] for metric in METRICS},
-        "accuracy": {"mean": mean([a for a in accuracy if a is not None]), "std": std([a for a in accuracy if a is not None])},
+        "accuracy": {
+            "mean": mean([a for a in accuracy if a is not None]),
+            "std": std([a for a in accuracy if a is not None]),
+        },
         "by_category": _grouped(rows, lambda r: r["category"], category_order),
         "by_difficulty": _grouped(rows, lambda r: r["difficulty"], difficulty_order),
         "n_cases": len({row["case_id"] for row in rows}),

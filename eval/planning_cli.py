@@ -21,17 +21,27 @@ from geopilot.eval.agents import AGENTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agent", required=True, choices=list(AGENTS), help="; ".join(f"{k}: {v}" for k, v in AGENTS.items()))
+    parser.add_argument(
+        "--agent", required=True, choices=list(AGENTS), help="; ".join(f"{k}: {v}" for k, v in AGENTS.items())
+    )
     parser.add_argument("--model", help="model directory (geopilot, hf) or the endpoint's model name (openai)")
     parser.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
     parser.add_argument("--api-key-env", help="openai: the environment variable that holds the API key")
-    parser.add_argument("--tools-as", choices=["prompt", "openai"], default="prompt",
-                        help="openai: tools described in the system prompt (GeoPilot JSON replies) or as OpenAI functions")
+    parser.add_argument(
+        "--tools-as",
+        choices=["prompt", "openai"],
+        default="prompt",
+        help="openai: tools described in the system prompt (GeoPilot JSON replies) or as OpenAI functions",
+    )
     parser.add_argument("--cases", help="a case file (JSONL); default: the frozen planning set planning_v1")
     parser.add_argument("--seeds", default="42,1337,2024", help="comma-separated seeds (default 42,1337,2024)")
     parser.add_argument("--out", required=True, help="the run folder (resumed if it holds this run)")
-    parser.add_argument("--tools-config", help="bind the real tool backends from this tools config instead of the planning fixture")
-    parser.add_argument("--catalog", help="the indicator tools of this catalogue as the tool layer (docs/indicators.md)")
+    parser.add_argument(
+        "--tools-config", help="bind the real tool backends from this tools config instead of the planning fixture"
+    )
+    parser.add_argument(
+        "--catalog", help="the indicator tools of this catalogue as the tool layer (docs/indicators.md)"
+    )
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="tokens per generated turn")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="openai: seconds per request")
@@ -67,8 +77,17 @@ def build_agent(args: argparse.Namespace, registry):
     if args.agent == "openai":
         if not args.base_url:
             raise GeoPilotInputError("--agent openai needs --base-url")
-        agent = agents.OpenAIAgent(args.base_url, args.model, registry, args.api_key_env, args.tools_as,
-                                   args.temperature, args.max_new_tokens, args.timeout_s, args.retries)  # fmt: skip
+        agent = agents.OpenAIAgent(
+            args.base_url,
+            args.model,
+            registry,
+            args.api_key_env,
+            args.tools_as,
+            args.temperature,
+            args.max_new_tokens,
+            args.timeout_s,
+            args.retries,
+        )
         return agent, f"openai:{args.model}"
     if args.base_url or args.api_key_env:
         raise GeoPilotInputError(f"--base-url and --api-key-env are for --agent openai, not {args.agent}")
@@ -99,10 +118,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        metrics = "  ".join(f"{m} {100 * summary[m]:.1f}%" if summary[m] is not None else f"{m} –" for m in ("TSA", "PA", "NTA", "OPA"))
+        metrics = "  ".join(
+            f"{m} {100 * summary[m]:.1f}%" if summary[m] is not None else f"{m} –" for m in ("TSA", "PA", "NTA", "OPA")
+        )
         accuracy = summary["accuracy"]["mean"]
         passed = f"  all checks {100 * accuracy:.1f}%" if accuracy is not None else ""
-        print(f"{label}: {metrics}{passed}  ({summary['n_cases']} cases x {len(seeds)} seeds, "
-              f"{summary['infra_errors']} infra errors)")
+        print(
+            f"{label}: {metrics}{passed}  ({summary['n_cases']} cases x {len(seeds)} seeds, "
+            f"{summary['infra_errors']} infra errors)"
+        )
         print(f"reports in {args.out}: results.jsonl cases.csv summary.json leaderboard.md leaderboard.png")
     return 0

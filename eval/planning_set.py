@@ -57,18 +57,26 @@ CATEGORIES: list[CategorySpec] = [
 ]
 CATEGORY_ORDER = [spec.name for spec in CATEGORIES]
 CATEGORY_TITLES = {
-    "object_detection": "Object Detection", "panoptic_detection": "Panoptic Detection",
-    "referring_detection": "Referring Object Detection", "semantic_segmentation": "Sem. Segmentation",
-    "instance_segmentation": "Inst. Segmentation", "referring_segmentation": "Ref. Segmentation",
-    "road_extraction": "Road Extraction", "cloud_removal": "Cloud Removal", "no_tool": "No Tool (∅)",
-}  # fmt: skip
+    "object_detection": "Object Detection",
+    "panoptic_detection": "Panoptic Detection",
+    "referring_detection": "Referring Object Detection",
+    "semantic_segmentation": "Sem. Segmentation",
+    "instance_segmentation": "Inst. Segmentation",
+    "referring_segmentation": "Ref. Segmentation",
+    "road_extraction": "Road Extraction",
+    "cloud_removal": "Cloud Removal",
+    "no_tool": "No Tool (∅)",
+}
 
 # Surface forms (plural, as users write them) and the names a param check accepts for each target.
 TARGETS = {
     "plane": (["planes", "aircraft", "airplanes", "jets"], ["plane", "aircraft", "airplane", "jet", "airliner"]),
     "ship": (["ships", "boats", "vessels"], ["ship", "boat", "vessel"]),
     "storage tank": (["storage tanks", "oil tanks", "fuel tanks"], ["storage tank", "oil tank", "fuel tank", "tank"]),
-    "small vehicle": (["cars", "small vehicles", "passenger cars"], ["small vehicle", "car", "vehicle", "passenger car"]),
+    "small vehicle": (
+        ["cars", "small vehicles", "passenger cars"],
+        ["small vehicle", "car", "vehicle", "passenger car"],
+    ),
     "large vehicle": (["trucks", "large vehicles", "lorries"], ["large vehicle", "truck", "lorry", "vehicle"]),
     "tennis court": (["tennis courts"], ["tennis court", "court"]),
     "swimming pool": (["swimming pools", "pools"], ["swimming pool", "pool"]),
@@ -80,113 +88,213 @@ LANDCOVER = {
     "water": (["water", "open water", "water bodies"], ["water", "water body"]),
     "tree": (["trees", "forest", "woodland"], ["tree", "forest", "woodland"]),
     "building": (["buildings", "built-up land"], ["building", "built up land", "built up area"]),
-    "agriculture": (["farmland", "cropland", "agricultural land"],
-                    ["agriculture", "agriculture land", "agricultural land", "farmland", "cropland", "crop"]),
+    "agriculture": (
+        ["farmland", "cropland", "agricultural land"],
+        ["agriculture", "agriculture land", "agricultural land", "farmland", "cropland", "crop"],
+    ),
     "rangeland": (["grassland", "rangeland"], ["rangeland", "grassland", "grass"]),
     "bareland": (["bare soil", "bare ground"], ["bareland", "bare land", "bare soil", "bare ground", "barren"]),
     "developed": (["paved areas", "impervious surfaces"], ["developed space", "paved area", "impervious surface"]),
-}  # fmt: skip
+}
 OPTICAL_REFERENTS = {  # noun phrase -> names a param check accepts in the expression
-    "white ship": ["ship", "boat", "vessel"], "largest storage tank": ["storage tank", "tank"],
-    "plane": ["plane", "aircraft", "airplane", "jet"], "yellow truck": ["truck", "vehicle", "lorry"],
-    "blue car": ["car", "vehicle"], "tennis court": ["tennis court", "court"], "swimming pool": ["swimming pool", "pool"],
-    "red-roofed building": ["building", "house"], "smallest pool": ["pool"],
-}  # fmt: skip
+    "white ship": ["ship", "boat", "vessel"],
+    "largest storage tank": ["storage tank", "tank"],
+    "plane": ["plane", "aircraft", "airplane", "jet"],
+    "yellow truck": ["truck", "vehicle", "lorry"],
+    "blue car": ["car", "vehicle"],
+    "tennis court": ["tennis court", "court"],
+    "swimming pool": ["swimming pool", "pool"],
+    "red-roofed building": ["building", "house"],
+    "smallest pool": ["pool"],
+}
 SAR_REFERENTS = {
-    "brightest ship": ["ship", "vessel", "boat"], "aircraft": ["aircraft", "plane"], "round tank": ["tank"],
-    "long bridge": ["bridge"], "harbor": ["harbor", "harbour", "port"], "parked car": ["car", "vehicle"],
-}  # fmt: skip
-POSITIONS = ["in the upper left", "near the lower right corner", "closest to the centre", "along the top edge",
-             "on the right-hand side", "at the bottom of the frame", "in the left half", "just above the middle"]  # fmt: skip
+    "brightest ship": ["ship", "vessel", "boat"],
+    "aircraft": ["aircraft", "plane"],
+    "round tank": ["tank"],
+    "long bridge": ["bridge"],
+    "harbor": ["harbor", "harbour", "port"],
+    "parked car": ["car", "vehicle"],
+}
+POSITIONS = [
+    "in the upper left",
+    "near the lower right corner",
+    "closest to the centre",
+    "along the top edge",
+    "on the right-hand side",
+    "at the bottom of the frame",
+    "in the left half",
+    "just above the middle",
+]
 OPENERS = ["", "", "Quick question. ", "Hi! ", "Please help. ", "One more thing. ", "Hello. "]
 CLOSERS = ["", "", " Thanks.", " Keep it brief.", " I appreciate it.", " Cheers."]
 
 QUERIES: dict[str, dict[str, list[str]]] = {
     "object_detection": {
-        "easy": ["Please detect all the {t} in this scene.", "Mark all {t} with bounding boxes.",
-                 "Run object detection for {t} on this tile.", "Put boxes on the {t} you can find here.",
-                 "Show me bounding boxes for each of the {t}."],
-        "medium": ["What is the total number of {t} in this picture?", "Give me a tally of the {t} visible in the tile.",
-                   "Are any {t} present here? If so, where exactly?", "I'd like to know how many {t} this frame contains.",
-                   "Tell me the positions of all {t} in the scene."],
-        "hard": ["Our team is auditing the site; could you tally up the {t} and say where each one sits?",
-                 "Check whether the number of {t} here exceeds five, and show them.",
-                 "For a traffic study I need every one of the {t} marked out; can you handle that?",
-                 "Something about the {t} here seems off to me; pinpoint all of them so I can review."],
+        "easy": [
+            "Please detect all the {t} in this scene.",
+            "Mark all {t} with bounding boxes.",
+            "Run object detection for {t} on this tile.",
+            "Put boxes on the {t} you can find here.",
+            "Show me bounding boxes for each of the {t}.",
+        ],
+        "medium": [
+            "What is the total number of {t} in this picture?",
+            "Give me a tally of the {t} visible in the tile.",
+            "Are any {t} present here? If so, where exactly?",
+            "I'd like to know how many {t} this frame contains.",
+            "Tell me the positions of all {t} in the scene.",
+        ],
+        "hard": [
+            "Our team is auditing the site; could you tally up the {t} and say where each one sits?",
+            "Check whether the number of {t} here exceeds five, and show them.",
+            "For a traffic study I need every one of the {t} marked out; can you handle that?",
+            "Something about the {t} here seems off to me; pinpoint all of them so I can review.",
+        ],
     },
     "panoptic_detection": {
-        "easy": ["Detect every object in this {m} scene, whatever its class.", "Run a full-vocabulary detection on this tile.",
-                 "Box all objects of any category in this {m} picture.", "List each detectable object here with its box."],
-        "medium": ["What kinds of targets does this {m} tile contain, and where are they?",
-                   "Catalogue the objects present in this scene.",
-                   "Give me a breakdown of all the object classes visible here, with locations.",
-                   "Which objects show up in this {m} frame?"],
-        "hard": ["I'm not sure what's in this {m} tile; survey it and report everything you detect.",
-                 "Prepare a complete object register for this scene before our field visit.",
-                 "Without knowing what to look for, tell me every target present and its position."],
+        "easy": [
+            "Detect every object in this {m} scene, whatever its class.",
+            "Run a full-vocabulary detection on this tile.",
+            "Box all objects of any category in this {m} picture.",
+            "List each detectable object here with its box.",
+        ],
+        "medium": [
+            "What kinds of targets does this {m} tile contain, and where are they?",
+            "Catalogue the objects present in this scene.",
+            "Give me a breakdown of all the object classes visible here, with locations.",
+            "Which objects show up in this {m} frame?",
+        ],
+        "hard": [
+            "I'm not sure what's in this {m} tile; survey it and report everything you detect.",
+            "Prepare a complete object register for this scene before our field visit.",
+            "Without knowing what to look for, tell me every target present and its position.",
+        ],
     },
     "referring_detection": {
-        "easy": ["Find {e} and give its bounding box.", "Box {e}.", "Return the box of {e}.", "Localise {e} in the tile."],
-        "medium": ["Whereabouts is {e}?", "Could you point out {e} for me?", "In which part of the frame can I see {e}?",
-                   "Show the location of {e}."],
-        "hard": ["My colleague mentioned {e}; can you find it so I can verify her note?",
-                 "Before I crop the tile, I need {e} boxed precisely.",
-                 "There should be {e} somewhere here; locate it if it exists."],
+        "easy": [
+            "Find {e} and give its bounding box.",
+            "Box {e}.",
+            "Return the box of {e}.",
+            "Localise {e} in the tile.",
+        ],
+        "medium": [
+            "Whereabouts is {e}?",
+            "Could you point out {e} for me?",
+            "In which part of the frame can I see {e}?",
+            "Show the location of {e}.",
+        ],
+        "hard": [
+            "My colleague mentioned {e}; can you find it so I can verify her note?",
+            "Before I crop the tile, I need {e} boxed precisely.",
+            "There should be {e} somewhere here; locate it if it exists.",
+        ],
     },
     "semantic_segmentation": {
-        "easy": ["Produce a land-cover map showing {c}.", "Run semantic segmentation for {c} on this tile.",
-                 "Label every pixel that is {c}.", "Create a class map of {c} for this image."],
-        "medium": ["What fraction of the tile is {c}?", "Which portions of this image are {c}?",
-                   "Roughly what percentage of the area is {c}?", "Show me the extent of {c} here."],
-        "hard": ["We're drafting a zoning plan; how much {c} does this tile hold?",
-                 "Is {c} the dominant cover here? Back it up with a pixel-level map.",
-                 "Compare the coverage of {c} with the rest of the tile."],
+        "easy": [
+            "Produce a land-cover map showing {c}.",
+            "Run semantic segmentation for {c} on this tile.",
+            "Label every pixel that is {c}.",
+            "Create a class map of {c} for this image.",
+        ],
+        "medium": [
+            "What fraction of the tile is {c}?",
+            "Which portions of this image are {c}?",
+            "Roughly what percentage of the area is {c}?",
+            "Show me the extent of {c} here.",
+        ],
+        "hard": [
+            "We're drafting a zoning plan; how much {c} does this tile hold?",
+            "Is {c} the dominant cover here? Back it up with a pixel-level map.",
+            "Compare the coverage of {c} with the rest of the tile.",
+        ],
     },
     "instance_segmentation": {
-        "easy": ["Produce an instance mask for each of the {t}.", "Give every one of the {t} its own segmentation mask.",
-                 "Run instance segmentation on the {t} in this tile."],
-        "medium": ["How big is each of the {t}, object by object?",
-                   "Separate the {t} into individual masks and report their areas.",
-                   "Can you delineate the {t} one at a time?"],
-        "hard": ["Our insurer wants the footprint of every single one of the {t}; can you work that out?",
-                 "I need to know which of the {t} is largest; measure each one individually.",
-                 "Estimate the area occupied by each of the {t} separately."],
+        "easy": [
+            "Produce an instance mask for each of the {t}.",
+            "Give every one of the {t} its own segmentation mask.",
+            "Run instance segmentation on the {t} in this tile.",
+        ],
+        "medium": [
+            "How big is each of the {t}, object by object?",
+            "Separate the {t} into individual masks and report their areas.",
+            "Can you delineate the {t} one at a time?",
+        ],
+        "hard": [
+            "Our insurer wants the footprint of every single one of the {t}; can you work that out?",
+            "I need to know which of the {t} is largest; measure each one individually.",
+            "Estimate the area occupied by each of the {t} separately.",
+        ],
     },
     "referring_segmentation": {
         "easy": ["Produce a mask for {e}.", "Isolate {e} as a binary mask.", "Give me the pixel mask of {e}."],
-        "medium": ["Which region does {e} occupy, pixel by pixel?", "Trace the exact boundary of {e}.",
-                   "How much area does {e} take up?"],
-        "hard": ["I want to measure {e} precisely; extract its exact shape.",
-                 "Cut {e} out of the tile so I can compute its footprint."],
+        "medium": [
+            "Which region does {e} occupy, pixel by pixel?",
+            "Trace the exact boundary of {e}.",
+            "How much area does {e} take up?",
+        ],
+        "hard": [
+            "I want to measure {e} precisely; extract its exact shape.",
+            "Cut {e} out of the tile so I can compute its footprint.",
+        ],
     },
     "road_extraction": {
-        "easy": ["Extract the roads as a graph.", "Pull out the street network from this tile.",
-                 "Trace the road centrelines in this scene.", "Vectorise the roads visible here."],
-        "medium": ["How many junctions does the street network have?", "Is the road network in this tile connected?",
-                   "Which roads cross each other here?", "Describe the layout of the streets in this scene."],
-        "hard": ["An ambulance needs to get from one edge of this tile to the other; which streets could it take?",
-                 "Would a new warehouse here have good road access? Analyse the street layout.",
-                 "Assess how well connected the local streets are."],
+        "easy": [
+            "Extract the roads as a graph.",
+            "Pull out the street network from this tile.",
+            "Trace the road centrelines in this scene.",
+            "Vectorise the roads visible here.",
+        ],
+        "medium": [
+            "How many junctions does the street network have?",
+            "Is the road network in this tile connected?",
+            "Which roads cross each other here?",
+            "Describe the layout of the streets in this scene.",
+        ],
+        "hard": [
+            "An ambulance needs to get from one edge of this tile to the other; which streets could it take?",
+            "Would a new warehouse here have good road access? Analyse the street layout.",
+            "Assess how well connected the local streets are.",
+        ],
     },
     "cloud_removal": {
-        "easy": ["Strip the cloud cover from this scene.", "Run cloud removal on this image.",
-                 "Produce a cloudless version of this tile.", "Get rid of the clouds over this area."],
-        "medium": ["The ground is obscured by clouds; what does it look like underneath?",
-                   "Can I get this scene without the haze?", "Restore the surface hidden beneath the cloud layer."],
-        "hard": ["Clear the clouds first, then count the {t} underneath.", "After removing the haze, find any {t} in the scene.",
-                 "Once the cloud cover is gone, locate the {t} for me."],
+        "easy": [
+            "Strip the cloud cover from this scene.",
+            "Run cloud removal on this image.",
+            "Produce a cloudless version of this tile.",
+            "Get rid of the clouds over this area.",
+        ],
+        "medium": [
+            "The ground is obscured by clouds; what does it look like underneath?",
+            "Can I get this scene without the haze?",
+            "Restore the surface hidden beneath the cloud layer.",
+        ],
+        "hard": [
+            "Clear the clouds first, then count the {t} underneath.",
+            "After removing the haze, find any {t} in the scene.",
+            "Once the cloud cover is gone, locate the {t} for me.",
+        ],
     },
     "no_tool": {
-        "easy": ["Is this an optical or a radar image?", "Describe this tile in one sentence.",
-                 "What is the main land cover in this picture?", "Is this scene urban or rural?",
-                 "Does this tile show a coastline?"],
-        "medium": ["What might this area be used for?", "Would you say this image was taken over a city or countryside?",
-                   "What kind of terrain does this tile cover?", "Summarise what this {m} tile shows."],
-        "hard": ["Based on its appearance alone, is this scene more likely industrial or residential, and why?",
-                 "What sensor type probably captured this tile, and what gives it away?",
-                 "Without running any analysis tools, give me your overall impression of this area."],
+        "easy": [
+            "Is this an optical or a radar image?",
+            "Describe this tile in one sentence.",
+            "What is the main land cover in this picture?",
+            "Is this scene urban or rural?",
+            "Does this tile show a coastline?",
+        ],
+        "medium": [
+            "What might this area be used for?",
+            "Would you say this image was taken over a city or countryside?",
+            "What kind of terrain does this tile cover?",
+            "Summarise what this {m} tile shows.",
+        ],
+        "hard": [
+            "Based on its appearance alone, is this scene more likely industrial or residential, and why?",
+            "What sensor type probably captured this tile, and what gives it away?",
+            "Without running any analysis tools, give me your overall impression of this area.",
+        ],
     },
-}  # fmt: skip
+}
 COMPOUND_TARGETS = ["plane", "ship", "storage tank", "small vehicle", "large vehicle"]  # cloud removal, hard
 
 
@@ -274,11 +382,22 @@ def build_planning_cases(images: str | Path, out: str | Path) -> list[dict]:
                 seen.add(query)
                 pool = "sar" if modality == "sar" else "cloudy" if spec.name == "cloud_removal" else "optical"
                 image = pools[pool][rng.randrange(len(pools[pool]))]
-                cases.append({
-                    "id": case_id, "query": query, "image": _relative(image, out_dir), "modality": modality,
-                    "category": spec.name, "difficulty": difficulty, "expected_tools": tools, "param_checks": checks,
-                    "must_contain": [], "must_not_contain": [], "ground_truth": [], "max_rounds": 1,
-                })  # fmt: skip
+                cases.append(
+                    {
+                        "id": case_id,
+                        "query": query,
+                        "image": _relative(image, out_dir),
+                        "modality": modality,
+                        "category": spec.name,
+                        "difficulty": difficulty,
+                        "expected_tools": tools,
+                        "param_checks": checks,
+                        "must_contain": [],
+                        "must_not_contain": [],
+                        "ground_truth": [],
+                        "max_rounds": 1,
+                    }
+                )
     return cases
 
 

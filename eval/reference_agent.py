@@ -29,8 +29,11 @@ def render(value: Any) -> str:
             return f"{value['name']} {render(value['value'])}"
         named = isinstance(value.get("name"), str)
         head = f"{value['name']}: " if named else ""
-        clauses = [_clause(key, item) for key, item in value.items()
-                   if not (named and (key == "name" or key in AREA_IDENTIFIERS))]
+        clauses = [
+            _clause(key, item)
+            for key, item in value.items()
+            if not (named and (key == "name" or key in AREA_IDENTIFIERS))
+        ]
         return head + ", ".join(clauses)
     if isinstance(value, list):
         return "; ".join(render(item) for item in value)
@@ -73,5 +76,10 @@ class ReferenceAgent:
         loaded = load_image(image) if image is not None else None
         calls = [Call(tool=c.tool, params=dict(c.params)) for c in case.reference_calls]
         records, results = execute(self.registry, ParsedReply(dialect="text", calls=calls), loaded, case, 1)
-        return AgentRun(dialect="reference", calls=records, answer=answer_from(results), rounds=1 if calls else 0,
-                        latency_s=time.perf_counter() - started)  # fmt: skip
+        return AgentRun(
+            dialect="reference",
+            calls=records,
+            answer=answer_from(results),
+            rounds=1 if calls else 0,
+            latency_s=time.perf_counter() - started,
+        )

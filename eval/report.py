@@ -12,9 +12,27 @@ from geopilot.eval.metrics import METRICS, per_case_counts
 from geopilot.eval.stats import paired_difference_ci
 
 CSV_COLUMNS = [
-    "case_id", "seed", "category", "difficulty", "modality", "dialect", "passed", "failure", "failures", "TSA", "PA",
-    "NTA", "OPA", "tools_called", "rounds", "latency_s", "tokens_in", "tokens_out", "cost_usd", "infra_error",
-]  # fmt: skip
+    "case_id",
+    "seed",
+    "category",
+    "difficulty",
+    "modality",
+    "dialect",
+    "passed",
+    "failure",
+    "failures",
+    "TSA",
+    "PA",
+    "NTA",
+    "OPA",
+    "tools_called",
+    "rounds",
+    "latency_s",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "infra_error",
+]
 
 
 def _flag(value) -> str:
@@ -27,13 +45,30 @@ def write_cases_csv(rows: list[dict], path: Path) -> None:
         writer.writerow(CSV_COLUMNS)
         for row in sorted(rows, key=lambda r: (r["case_id"], r["seed"])):
             run, sc = row["run"], row["score"]
-            writer.writerow([
-                row["case_id"], row["seed"], row["category"], row["difficulty"], row["modality"], run["dialect"],
-                _flag(sc["passed"]), sc["category"] or "", ";".join(sc["categories"]), _flag(sc["tsa"]), _flag(sc["pa"]),
-                _flag(sc["nta"]), _flag(sc["opa"]), ";".join(c["tool"] for c in run["calls"]), run["rounds"],
-                f"{run['latency_s']:.4f}", run["tokens_in"], run["tokens_out"],
-                "" if run["cost_usd"] is None else run["cost_usd"], run["infra_error"] or "",
-            ])  # fmt: skip
+            writer.writerow(
+                [
+                    row["case_id"],
+                    row["seed"],
+                    row["category"],
+                    row["difficulty"],
+                    row["modality"],
+                    run["dialect"],
+                    _flag(sc["passed"]),
+                    sc["category"] or "",
+                    ";".join(sc["categories"]),
+                    _flag(sc["tsa"]),
+                    _flag(sc["pa"]),
+                    _flag(sc["nta"]),
+                    _flag(sc["opa"]),
+                    ";".join(c["tool"] for c in run["calls"]),
+                    run["rounds"],
+                    f"{run['latency_s']:.4f}",
+                    run["tokens_in"],
+                    run["tokens_out"],
+                    "" if run["cost_usd"] is None else run["cost_usd"],
+                    run["infra_error"] or "",
+                ]
+            )
 
 
 def pct(value: float | None) -> str:
@@ -53,34 +88,61 @@ def leaderboard_markdown(runs: list[tuple[str, dict]]) -> str:
     from geopilot.eval.planning_set import CATEGORY_TITLES
 
     names = [name for name, _ in runs]
-    lines = ["## Planning (Table 5)", "", "mean ± std over seeds (%), 95 % bootstrap CI over cases in brackets", "",
-             "| Model | TSA | PA | NTA | OPA | OPA 95 % CI | seeds | infra errors |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Planning (Table 5)",
+        "",
+        "mean ± std over seeds (%), 95 % bootstrap CI over cases in brackets",
+        "",
+        "| Model | TSA | PA | NTA | OPA | OPA 95 % CI | seeds | infra errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, s in runs:
         cells = [pm(s[m], s["std"][m]) for m in METRICS]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ci(s['ci95']['OPA'])} | {len(s['seeds'])} | {s['infra_errors']} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(cells)
+            + f" | {ci(s['ci95']['OPA'])} | {len(s['seeds'])} | {s['infra_errors']} |"
+        )
     categories = list(dict.fromkeys(c for _, s in runs for c in s["by_category"]))
-    lines += ["", "## Tool Selection Accuracy by tool category (Table 6)", "",
-              "| Tool Category | # Samples | " + " | ".join(names) + " |", "|---|---" + "|---" * len(names) + "|"]  # fmt: skip
+    lines += [
+        "",
+        "## Tool Selection Accuracy by tool category (Table 6)",
+        "",
+        "| Tool Category | # Samples | " + " | ".join(names) + " |",
+        "|---|---" + "|---" * len(names) + "|",
+    ]
     for category in categories:
         n = next((s["by_category"][category]["n"] for _, s in runs if category in s["by_category"]), 0)
         cells = [pct(s["by_category"].get(category, {}).get("TSA")) for _, s in runs]
         lines.append(f"| {CATEGORY_TITLES.get(category, category)} | {n} | " + " | ".join(cells) + " |")
     lines.append(f"| Overall TSA | {runs[0][1]['n_cases']} | " + " | ".join(pct(s["TSA"]) for _, s in runs) + " |")
-    lines += ["", "## Overall planning accuracy by difficulty (Table 7)", "",
-              "| Difficulty | # Queries | " + " | ".join(names) + " |", "|---|---" + "|---" * len(names) + "|"]  # fmt: skip
+    lines += [
+        "",
+        "## Overall planning accuracy by difficulty (Table 7)",
+        "",
+        "| Difficulty | # Queries | " + " | ".join(names) + " |",
+        "|---|---" + "|---" * len(names) + "|",
+    ]
     for difficulty in ("easy", "medium", "hard"):
         n = next((s["by_difficulty"][difficulty]["n"] for _, s in runs if difficulty in s["by_difficulty"]), 0)
         cells = [pct(s["by_difficulty"].get(difficulty, {}).get("OPA")) for _, s in runs]
         lines.append(f"| {difficulty.capitalize()} | {n} | " + " | ".join(cells) + " |")
-    lines += ["", "## Failures (first failing check) and cost", "", "| Model | failures | dialects | latency p50 (s) | tokens in/out | cost (USD) |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Failures (first failing check) and cost",
+        "",
+        "| Model | failures | dialects | latency p50 (s) | tokens in/out | cost (USD) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, s in runs:
         failures = ", ".join(f"{k} {v}" for k, v in s["failures"].items()) or "none"
         dialects = ", ".join(f"{k} {v}" for k, v in s["dialects"].items())
         p50 = s["latency_s"]["p50"]
         cost = "–" if s["cost_usd"] is None else f"{s['cost_usd']:.4f}"
-        lines.append(f"| {name} | {failures} | {dialects} | {'–' if p50 is None else f'{p50:.3f}'} | "
-                     f"{s['tokens']['in']}/{s['tokens']['out']} | {cost} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {failures} | {dialects} | {'–' if p50 is None else f'{p50:.3f}'} | "
+            f"{s['tokens']['in']}/{s['tokens']['out']} | {cost} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -144,8 +206,13 @@ def compare(folders: list[str | Path]) -> tuple[str, dict]:
     runs.sort(key=lambda r: -(r[2]["OPA"] or 0.0))
     best_name, _, best_summary, best_rows = runs[0]
     differences = {}
-    lines = ["", f"## Paired differences to {best_name} (95 % bootstrap CI over common cases, 2000 resamples)", "",
-             "| Model | " + " | ".join(f"Δ{m}" for m in METRICS) + " |", "|---|" + "---|" * len(METRICS)]  # fmt: skip
+    lines = [
+        "",
+        f"## Paired differences to {best_name} (95 % bootstrap CI over common cases, 2000 resamples)",
+        "",
+        "| Model | " + " | ".join(f"Δ{m}" for m in METRICS) + " |",
+        "|---|" + "---|" * len(METRICS),
+    ]
     for name, _, summary, rows in runs[1:]:
         cells, differences[name] = [], {}
         for metric in METRICS:
@@ -155,11 +222,17 @@ def compare(folders: list[str | Path]) -> tuple[str, dict]:
             a = ([num_a[ids_a.index(i)] for i in common], [den_a[ids_a.index(i)] for i in common])
             b = ([num_b[ids_b.index(i)] for i in common], [den_b[ids_b.index(i)] for i in common])
             diff = paired_difference_ci(a, b)
-            point = None if summary[metric] is None or best_summary[metric] is None else summary[metric] - best_summary[metric]
+            point = (
+                None
+                if summary[metric] is None or best_summary[metric] is None
+                else summary[metric] - best_summary[metric]
+            )
             differences[name][metric] = {"difference": point, "ci95": diff}
             cells.append(f"{'–' if point is None else f'{100 * point:+.1f}'} {ci(diff)}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     table = leaderboard_markdown([(name, summary) for name, _, summary, _ in runs])
-    data = {"runs": [{"name": n, "folder": f, **{m: s[m] for m in METRICS}} for n, f, s, _ in runs],
-            "differences": differences}
+    data = {
+        "runs": [{"name": n, "folder": f, **{m: s[m] for m in METRICS}} for n, f, s, _ in runs],
+        "differences": differences,
+    }
     return table + ("\n".join(lines) + "\n" if len(runs) > 1 else ""), data

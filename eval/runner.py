@@ -62,8 +62,13 @@ def run_benchmark(
         raise GeoPilotInputError(f"--out {str(out)!r} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     results = out / RESULTS
-    config = {**agent.config, "prompt_hash": agent.prompt_hash, "cases_sha256": case_set.sha256,
-              "tool_layer": tool_layer, "scorer": SCORER_VERSION}  # fmt: skip
+    config = {
+        **agent.config,
+        "prompt_hash": agent.prompt_hash,
+        "cases_sha256": case_set.sha256,
+        "tool_layer": tool_layer,
+        "scorer": SCORER_VERSION,
+    }
     config_hash = canonical_hash(config)
     existing = read_rows(results)
     others = {row.get("config_hash") for row in existing} - {config_hash}
@@ -77,19 +82,38 @@ def run_benchmark(
     for index, (seed, case) in enumerate(todo, start=1):
         run = agent.run(case, case_set.image_path(case), seed)
         scored = score(case, run)
-        _append(results, {
-            "case_id": case.id, "seed": seed, "category": case.category, "difficulty": case.difficulty,
-            "modality": case.modality, "agent": label, "config_hash": config_hash, "prompt_hash": agent.prompt_hash,
-            "cases_sha256": case_set.sha256, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "run": run.model_dump(mode="json"), "score": scored.model_dump(mode="json"),
-        })  # fmt: skip
+        _append(
+            results,
+            {
+                "case_id": case.id,
+                "seed": seed,
+                "category": case.category,
+                "difficulty": case.difficulty,
+                "modality": case.modality,
+                "agent": label,
+                "config_hash": config_hash,
+                "prompt_hash": agent.prompt_hash,
+                "cases_sha256": case_set.sha256,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "run": run.model_dump(mode="json"),
+                "score": scored.model_dump(mode="json"),
+            },
+        )
         if progress is not None:
             progress(index, len(todo))
     ids = {case.id for case in case_set.cases}
     rows = [row for row in read_rows(results) if row["case_id"] in ids and row["seed"] in seeds]
     order = category_order or list(dict.fromkeys(case.category for case in case_set.cases))
     summary = summarise(rows, order, list(DIFFICULTIES))
-    summary.update({"agent": label, "config": config, "config_hash": config_hash, "prompt_hash": agent.prompt_hash,
-                    "cases_file": str(case_set.path), "cases_sha256": case_set.sha256})  # fmt: skip
+    summary.update(
+        {
+            "agent": label,
+            "config": config,
+            "config_hash": config_hash,
+            "prompt_hash": agent.prompt_hash,
+            "cases_file": str(case_set.path),
+            "cases_sha256": case_set.sha256,
+        }
+    )
     write_reports(out, rows, summary)
     return summary

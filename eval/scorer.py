@@ -37,10 +37,21 @@ from geopilot.eval.text_checks import (
 )
 
 PRECEDENCE: tuple[str, ...] = (
-    "infra_error", "unparsable", "unknown_tool", "unnecessary_tool", "missing_tool", "extra_tool", "wrong_order",
-    "invalid_params", "param_mismatch", "tool_failed", "missing_keyword", "forbidden_term", "numeric_mismatch",
+    "infra_error",
+    "unparsable",
+    "unknown_tool",
+    "unnecessary_tool",
+    "missing_tool",
+    "extra_tool",
+    "wrong_order",
+    "invalid_params",
+    "param_mismatch",
+    "tool_failed",
+    "missing_keyword",
+    "forbidden_term",
+    "numeric_mismatch",
     "too_many_rounds",
-)  # fmt: skip
+)
 SELECTION = {"unparsable", "unknown_tool", "unnecessary_tool", "missing_tool", "extra_tool", "wrong_order"}
 PARAMS = {"invalid_params", "param_mismatch"}
 SELECTED_KINDS = (None, "invalid_params")  # error kinds of a call that still selected its tool
@@ -152,22 +163,38 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         checks.append(Check(name="tool_order", category="wrong_order", passed=ordered, detail=" -> ".join(first_seen)))
     invalid = [c for c in run.calls if c.tool in case.expected_tools and c.error_kind == "invalid_params"]
     checks.append(
-        Check(name="params_valid", category="invalid_params", passed=not invalid,
-              detail="; ".join(c.error or c.tool for c in invalid))
-    )  # fmt: skip
+        Check(
+            name="params_valid",
+            category="invalid_params",
+            passed=not invalid,
+            detail="; ".join(c.error or c.tool for c in invalid),
+        )
+    )
     for check in case.param_checks:
         candidates = [c.params for c in run.calls if c.tool == check.tool and c.ok]
         holds = any(param_check_holds(check, params) for params in candidates)
         seen = "no successful call" if not candidates else "; ".join(str(_field(p, check.field)) for p in candidates)
-        name = f"param:{check.tool}.{check.field} {check.op} {check.value!r}" if check.op != "nonempty" else (
-            f"param:{check.tool}.{check.field} nonempty")  # fmt: skip
+        name = (
+            f"param:{check.tool}.{check.field} {check.op} {check.value!r}"
+            if check.op != "nonempty"
+            else (f"param:{check.tool}.{check.field} nonempty")
+        )
         checks.append(Check(name=name, category="param_mismatch", passed=holds, detail=f"got {seen}"))
-    failed = [c for c in run.calls if c.tool in case.expected_tools and c.error_kind in RUNTIME_FAILURES
-              and not (case.expect_tool_errors and c.error_kind == "tool_error")]
+    failed = [
+        c
+        for c in run.calls
+        if c.tool in case.expected_tools
+        and c.error_kind in RUNTIME_FAILURES
+        and not (case.expect_tool_errors and c.error_kind == "tool_error")
+    ]
     checks.append(
-        Check(name="tools_ran", category="tool_failed", passed=not failed,
-              detail="; ".join(c.error or c.tool for c in failed))
-    )  # fmt: skip
+        Check(
+            name="tools_ran",
+            category="tool_failed",
+            passed=not failed,
+            detail="; ".join(c.error or c.tool for c in failed),
+        )
+    )
     return checks
 
 
@@ -178,28 +205,46 @@ def _answer_checks(case: Case, run: AgentRun) -> list[Check]:
         name = "keyword:" + ("|".join(keyword) if isinstance(keyword, list) else keyword)
         checks.append(Check(name=name, category="missing_keyword", passed=keyword_present(answer, keyword)))
     for term in case.must_not_contain:
-        checks.append(Check(name=f"forbidden:{term}", category="forbidden_term", passed=not forbidden_present(answer, term)))
+        checks.append(
+            Check(name=f"forbidden:{term}", category="forbidden_term", passed=not forbidden_present(answer, term))
+        )
     if case.ground_truth:
         attached = numbers_by_label(answer, [truth.label for truth in case.ground_truth])
         for truth in case.ground_truth:
             found = attached[truth.label]
             ok = any(abs(value - truth.value) <= truth.tolerance + 1e-9 for value in found)
             checks.append(
-                Check(name=f"number:{truth.label}", category="numeric_mismatch", passed=ok,
-                      detail=f"expected {truth.value:g} +- {truth.tolerance:g}, found {found}")
-            )  # fmt: skip
+                Check(
+                    name=f"number:{truth.label}",
+                    category="numeric_mismatch",
+                    passed=ok,
+                    detail=f"expected {truth.value:g} +- {truth.tolerance:g}, found {found}",
+                )
+            )
     checks.append(
-        Check(name="rounds", category="too_many_rounds", passed=run.rounds <= case.max_rounds,
-              detail=f"{run.rounds} > {case.max_rounds}" if run.rounds > case.max_rounds else "")
-    )  # fmt: skip
+        Check(
+            name="rounds",
+            category="too_many_rounds",
+            passed=run.rounds <= case.max_rounds,
+            detail=f"{run.rounds} > {case.max_rounds}" if run.rounds > case.max_rounds else "",
+        )
+    )
     return checks
 
 
 def score(case: Case, run: AgentRun) -> Score:
     if run.infra_error is not None:
         check = Check(name="infra", category="infra_error", passed=False, detail=run.infra_error)
-        return Score(passed=None, category="infra_error", categories=["infra_error"], checks=[check],
-                     tsa=None, pa=None, nta=None, opa=None)  # fmt: skip
+        return Score(
+            passed=None,
+            category="infra_error",
+            categories=["infra_error"],
+            checks=[check],
+            tsa=None,
+            pa=None,
+            nta=None,
+            opa=None,
+        )
     parse_ok = run.dialect not in ("empty", "unparsable")
     checks = [Check(name="parse", category="unparsable", passed=parse_ok, detail=run.parse_error or "")]
     checks += _tool_checks(case, run) + _answer_checks(case, run)
@@ -211,5 +256,13 @@ def score(case: Case, run: AgentRun) -> Score:
         nta, opa = None, bool(tsa and pa)
     else:
         pa, nta, opa = None, tsa, tsa
-    return Score(passed=not categories, category=categories[0] if categories else None, categories=categories,
-                 checks=checks, tsa=tsa, pa=pa, nta=nta, opa=opa)  # fmt: skip
+    return Score(
+        passed=not categories,
+        category=categories[0] if categories else None,
+        categories=categories,
+        checks=checks,
+        tsa=tsa,
+        pa=pa,
+        nta=nta,
+        opa=opa,
+    )

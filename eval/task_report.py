@@ -41,8 +41,10 @@ def _rows(metrics: dict) -> tuple[list[str], list[tuple[str, str, str]], list[st
         return ["question type", "n", "accuracy (%)"], rows, labels, [metrics["per_type"][t] for t in labels]
     if "Acc@0.5" in metrics:  # referring
         groups = {**metrics["by_size"], **metrics["by_count"]}
-        rows = [(k.capitalize(), str(metrics["counts"].get(f"size:{k}", metrics["counts"].get(k, ""))), pct(v))
-                for k, v in groups.items()]  # fmt: skip
+        rows = [
+            (k.capitalize(), str(metrics["counts"].get(f"size:{k}", metrics["counts"].get(k, ""))), pct(v))
+            for k, v in groups.items()
+        ]
         rows += [
             (f"type {k}", str(metrics["counts"].get(f"type:{k}", "")), pct(v)) for k, v in metrics["by_type"].items()
         ]
@@ -95,8 +97,12 @@ def write_e2e_report(result: dict, out_dir: Path) -> Path:
     for row in result["rows"]:
         gap = f"{100 * row['gap']:+.2f}".replace("-", "−")
         lines.append(f"| {row['task']} | {row['metric']} | {pct(row['standalone'])} | {pct(row['geopilot'])} | {gap} |")
-    lines += ["", "Standalone: the tool called directly with the ground-truth parameters; GeoPilot: the model chose "
-              "the tool and its parameters (no call, or another tool, predicts nothing).", ""]  # fmt: skip
+    lines += [
+        "",
+        "Standalone: the tool called directly with the ground-truth parameters; GeoPilot: the model chose "
+        "the tool and its parameters (no call, or another tool, predicts nothing).",
+        "",
+    ]
     fig, ax = plt.subplots(figsize=(5.5, 3.2), dpi=120)
     x = np.arange(len(result["rows"]))
     for offset, side, colour in ((-0.2, "standalone", "#9aa5b1"), (0.2, "geopilot", "#3b6ea8")):

@@ -41,8 +41,14 @@ def predicted_polygons(record: dict, width: int, height: int) -> list[list[tuple
                     polygons.append([(x * width, y * height) for x, y in det["polygon"]])
                 else:
                     x1, y1, x2, y2 = det["box"]
-                    polygons.append([(x1 * width, y1 * height), (x2 * width, y1 * height),
-                                     (x2 * width, y2 * height), (x1 * width, y2 * height)])  # fmt: skip
+                    polygons.append(
+                        [
+                            (x1 * width, y1 * height),
+                            (x2 * width, y1 * height),
+                            (x2 * width, y2 * height),
+                            (x1 * width, y2 * height),
+                        ]
+                    )
             return polygons
     return decode_boxes(record.get("answer") or "", width, height)
 

@@ -9,11 +9,21 @@ from dataclasses import dataclass
 
 # A forbidden term does not fire inside these benign phrases ("margin of error" must not fail "error").
 BENIGN_CONTEXTS: dict[str, tuple[str, ...]] = {
-    "error": ("margin of error", "standard error", "error bar", "error bars", "error margin", "measurement error",
-              "no error", "without error", "mean absolute error", "root mean square error"),
+    "error": (
+        "margin of error",
+        "standard error",
+        "error bar",
+        "error bars",
+        "error margin",
+        "measurement error",
+        "no error",
+        "without error",
+        "mean absolute error",
+        "root mean square error",
+    ),
     "fail": ("fail safe",),
     "unknown": ("unknown unknowns",),
-}  # fmt: skip
+}
 
 NUMBER = re.compile(r"(?<![\w.,])[-+\u2212]?\d+(?:,\d{3}(?!\d))*(?:[.,]\d+)?")  # 1,500 / 12.5 / 12,5 / -3
 UNIT = re.compile(r"\s?(%|per ?cent|pp|percentage points?|km²|km2|km|m²|m2|ha|px|pixels?|m)(?!\w)")
@@ -69,7 +79,7 @@ class Number:
 
 
 def parse_number(token: str) -> float:
-    """"1,500" -> 1500; "12,5" -> 12.5 (a decimal comma); "−3" -> -3."""
+    """ "1,500" -> 1500; "12,5" -> 12.5 (a decimal comma); "−3" -> -3."""
     token = token.replace("\u2212", "-")
     if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", token):
         token = token.replace(",", "")
@@ -94,8 +104,9 @@ def label_positions(text: str, label: str) -> list[int]:
 
 def strip_accents(text: str) -> str:
     """Each character by its base letter ("Añora" -> "Anora"), one for one, so offsets stay those of `text`."""
-    return "".join(next((c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c)), ch)[:1]
-                   for ch in text)
+    return "".join(
+        next((c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c)), ch)[:1] for ch in text
+    )
 
 
 CLAUSE_BREAK = re.compile(r"[;,]\s|\.\s|\band\b|\bwhile\b|\bwhereas\b")
@@ -120,7 +131,11 @@ def numbers_by_label(text: str, labels: list[str]) -> dict[str, list[float]]:
     for number in numbers:
         clause = _clause(text, number.start)
         best = min(
-            ((_clause(text, pos) != clause, abs(pos - number.start), label) for label in labels for pos in positions[label]),
+            (
+                (_clause(text, pos) != clause, abs(pos - number.start), label)
+                for label in labels
+                for pos in positions[label]
+            ),
             default=None,
         )
         if best is not None:

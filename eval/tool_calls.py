@@ -25,9 +25,17 @@ from typing import Any, Literal
 from geopilot.plan_parser import PlanParseError, parse_plan
 
 Dialect = Literal[
-    "openai_tool_calls", "hermes", "tool_code", "python_call", "llava_plus", "geopilot_json", "json_call", "text",
-    "empty", "unparsable",
-]  # fmt: skip
+    "openai_tool_calls",
+    "hermes",
+    "tool_code",
+    "python_call",
+    "llava_plus",
+    "geopilot_json",
+    "json_call",
+    "text",
+    "empty",
+    "unparsable",
+]
 FAILED_DIALECTS = ("empty", "unparsable")
 
 HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
@@ -72,8 +80,9 @@ def parse_reply(text: str | None, tool_calls: list[dict] | None = None) -> Parse
 def _parse(text: str, tool_calls: list) -> ParsedReply:
     stripped = text.strip()
     if tool_calls:
-        return ParsedReply("openai_tool_calls", [_openai_call(item, i) for i, item in enumerate(tool_calls)],
-                           stripped or None)  # fmt: skip
+        return ParsedReply(
+            "openai_tool_calls", [_openai_call(item, i) for i, item in enumerate(tool_calls)], stripped or None
+        )
     if not stripped:
         return ParsedReply("empty", error="the reply is empty")
     if "<tool_call>" in stripped:

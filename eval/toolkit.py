@@ -30,7 +30,9 @@ class FixtureBackend:
         return ToolOutput()
 
 
-def build_tool_layer(tools_config: str | Path | None = None, catalog: str | Path | None = None) -> tuple[ToolRegistry, str]:
+def build_tool_layer(
+    tools_config: str | Path | None = None, catalog: str | Path | None = None
+) -> tuple[ToolRegistry, str]:
     """(registry, name of the layer): the planning fixture, the real backends of a tools config, or the indicator
     tools of a catalogue (a second domain on the same harness: docs/indicators.md)."""
     if catalog is not None:

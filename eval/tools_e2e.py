@@ -105,7 +105,7 @@ def segmentation_e2e(
         "geopilot": predict(pilot, items, out_dir / "geopilot", batch_size, generation=generation),
         "standalone": _standalone(
             registry, items, "segment_semantic", lambda i: {"classes": classes}, out_dir / "standalone"
-        ),  # fmt: skip
+        ),
     }
     class_ids = {name.lower(): code for code, name in names.items()}
     num_classes = max(names) + 1
@@ -137,7 +137,7 @@ def referring_e2e(pilot, registry, root: Path, out_dir: Path, batch_size: int, g
         "geopilot": predict(pilot, loaded.items, out_dir / "geopilot", batch_size, generation=generation),
         "standalone": _standalone(
             registry, loaded.items, "ground", lambda i: {"expression": i.meta["expression"]}, out_dir / "standalone"
-        ),  # fmt: skip
+        ),
     }
     return {side: score_referring(loaded, records) for side, records in sides.items()}
 

@@ -491,10 +491,8 @@ class GeoPilot:
             dialogue.timings_and_tokens(encode_seconds, self.image_tokens, started)
         return [d.result for d in dialogues]
 
-
     def _turn_room(
-        self,
-        dialogues: list[AgentLoop], pending: dict[int, list[int] | None], context: int, deadline: float | None
+        self, dialogues: list[AgentLoop], pending: dict[int, list[int] | None], context: int, deadline: float | None
     ) -> dict[int, int]:
         """Tokens each pending row may generate next; rows past the deadline or without room are ended here."""
         room = {}
@@ -520,7 +518,9 @@ def _take_all(dialogues: list[AgentLoop], rows: list[int], turns: list[Turn]) ->
     request's slow tool does not hold up the others' (the calls of one plan still run in order)."""
     if len(rows) == 1:
         return [dialogues[rows[0]].take(turns[0])]
-    with ThreadPoolExecutor(max_workers=min(len(rows), MAX_CONCURRENT_DIALOGUES), thread_name_prefix="dialogue") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(len(rows), MAX_CONCURRENT_DIALOGUES), thread_name_prefix="dialogue"
+    ) as pool:
         return list(pool.map(lambda row, turn: dialogues[row].take(turn), rows, turns))
 
 

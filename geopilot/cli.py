@@ -24,7 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
     "indicators": ("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
     "eval": ("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), leaderboards; `geopilot eval --help`"),
-    "ablate-alpha": ("geopilot.eval.ablate_alpha", "train stage 2 for each optical replay alpha; SAR + optical VQA table"),
+    "ablate-alpha": (
+        "geopilot.eval.ablate_alpha",
+        "train stage 2 for each optical replay alpha; SAR + optical VQA table",
+    ),
     "demo": ("geopilot.commands.demo", "the whole recipe on this CPU: data, two training stages, evaluation, report"),
     "serve": ("geopilot.serving.cli", "serve the OpenAI-compatible API + web demo, or a FastChat worker"),
 }

@@ -214,7 +214,11 @@ class KVSession:
                 )
             else:
                 out = self.model.generate(
-                    input_ids=self.sequences, attention_mask=self.mask, cache=self.cache, generation_config=config, **kwargs
+                    input_ids=self.sequences,
+                    attention_mask=self.mask,
+                    cache=self.cache,
+                    generation_config=config,
+                    **kwargs,
                 )
         seconds = time.perf_counter() - start
         self.started, self.image_outputs = True, None

@@ -119,7 +119,9 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str) -> LoadedImag
         try:
             handle = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data, formats=PILLOW_FORMATS)
         except UnidentifiedImageError:
-            raise ImageInputError(f"{name}: not an image file in a format GeoPilot reads (PNG, JPEG, TIFF, WebP)") from None
+            raise ImageInputError(
+                f"{name}: not an image file in a format GeoPilot reads (PNG, JPEG, TIFF, WebP)"
+            ) from None
         except Image.DecompressionBombError as err:
             raise ImageInputError(f"{name}: refused as a decompression bomb ({err})") from None
         except OSError as err:

@@ -93,7 +93,9 @@ class ToolOutput(_Strict):
     roads: RoadGraph | None = None
     artifacts: list[Artifact] = []
     geojson: dict | None = None  # FeatureCollection in map coordinates, when the input was georeferenced
-    data: dict | None = None  # structured result (numbers, tables) the model reads verbatim; schema declared by the tool
+    data: dict | None = (
+        None  # structured result (numbers, tables) the model reads verbatim; schema declared by the tool
+    )
     message: str | None = None
     error: str | None = None  # the call failed (timeout, exception, invalid call): the model reads only this
 

@@ -296,7 +296,9 @@ def _run_in_process(tool: Tool, image: LoadedImage | None, params: BaseModel, ti
             message = receive.recv()
         except EOFError:
             worker.join(grace)
-            raise _ToolFailed(f"tool {tool.name!r} failed: its worker process died (exit code {worker.exitcode})") from None
+            raise _ToolFailed(
+                f"tool {tool.name!r} failed: its worker process died (exit code {worker.exitcode})"
+            ) from None
     finally:
         if worker.is_alive():
             worker.kill()

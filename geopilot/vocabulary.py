@@ -135,8 +135,10 @@ class Vocabulary:
         for canonical, words in data.synonyms.items():
             for word in words:
                 named = self.lookup(word)
-                if named is not None and named not in {canonical, *self.ancestors(canonical)} and (
-                    canonical not in self.ancestors(named)
+                if (
+                    named is not None
+                    and named not in {canonical, *self.ancestors(canonical)}
+                    and (canonical not in self.ancestors(named))
                 ):
                     raise ConfigError(
                         f"vocabulary: synonym {word!r} of {canonical!r} is a name of the unrelated class {named!r}"

@@ -99,6 +99,7 @@ class SegmenterOptions(StrictConfig):
             except GeoPilotInputError as err:
                 raise ValueError(str(err)) from None
         return name
+
     model: dict[str, Any] = {}
 
 
@@ -195,7 +196,9 @@ class DetectorAdapter:
         if tool in self.VOCABULARY_TOOLS:
             vocabulary = self.options.fixed_vocabulary() or list(getattr(self.detector, "classes", []))  # closed set
             if not vocabulary:
-                raise ValueError(f"{tool!r} needs `options.vocabulary_datasets` or `options.vocabulary` (configs/tools.yaml)")
+                raise ValueError(
+                    f"{tool!r} needs `options.vocabulary_datasets` or `options.vocabulary` (configs/tools.yaml)"
+                )
             return vocabulary
         if tool in self.GROUNDING_TOOLS:
             return [params.expression]
@@ -247,7 +250,9 @@ class SegmenterAdapter:
 class MaskSegments(Protocol):  # RemoteSAM: every output is derived from one referring mask per prompt
     def ground(self, image: Image.Image, expression: str) -> list[Detection]: ...
     def segment_referring(self, image: Image.Image, expression: str) -> list[Detection]: ...
-    def segment_instances(self, image: Image.Image, categories: list[str], score_threshold: float | None) -> list[Detection]: ...
+    def segment_instances(
+        self, image: Image.Image, categories: list[str], score_threshold: float | None
+    ) -> list[Detection]: ...
     def segment_semantic(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]: ...
 
 
@@ -258,7 +263,9 @@ class MaskSegmenterAdapter:
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
         s, pil = self.segmenter, image.image
         if tool in ("ground", "segment_referring"):
-            found = s.ground(pil, params.expression) if tool == "ground" else s.segment_referring(pil, params.expression)
+            found = (
+                s.ground(pil, params.expression) if tool == "ground" else s.segment_referring(pil, params.expression)
+            )
             if not found:
                 return ToolOutput(message=f"nothing in the image matches {params.expression!r}")
             return ToolOutput(detections=found)
@@ -282,7 +289,9 @@ class CloudRemovalAdapter:
                 self.artifacts_dir, "remove_clouds", ".tif", lambda to: save_geotiff(result.restored, image.georef, to)
             )
         else:  # a fresh private file, never written through a planted name (geopilot.artifacts)
-            path = publish_artifact(self.artifacts_dir, "remove_clouds", ".png", lambda to: result.restored.save(to, "PNG"))
+            path = publish_artifact(
+                self.artifacts_dir, "remove_clouds", ".png", lambda to: result.restored.save(to, "PNG")
+            )
         width, height = result.restored.size
         return ToolOutput(
             artifacts=[Artifact(kind="image", path=str(path))],

@@ -52,7 +52,9 @@ def _list(args: argparse.Namespace) -> int:
         from geopilot.tools.indicators.tools import build_indicator_registry
 
         for schema in build_indicator_registry(args.catalog).schemas():
-            rows.append({**schema, "modality": "none", "backend": "indicators", "status": "ready", "status_detail": None})
+            rows.append(
+                {**schema, "modality": "none", "backend": "indicators", "status": "ready", "status_detail": None}
+            )
     else:
         config = load_tools_config(args.config, args.overrides)
         for schema in build_registry(config=config).schemas():

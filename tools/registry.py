@@ -267,7 +267,9 @@ def build_registry(
     """The ten task-level tools as a ToolRegistry. With `annotations`, every tool answers from that record."""
     config = config if config is not None else load_tools_config(config_path, overrides)
     if annotations is not None:
-        return annotation_registry(annotations, annotations_root, max_pixels=config.max_pixels, timeout_s=config.timeout_s)
+        return annotation_registry(
+            annotations, annotations_root, max_pixels=config.max_pixels, timeout_s=config.timeout_s
+        )
 
     models: dict[tuple, LazyModel] = {}  # one model in memory per (backend, weights, load options)
     tools = []

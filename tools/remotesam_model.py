@@ -273,8 +273,17 @@ def _gate(dim: int) -> nn.Sequential:
 
 
 class MultiModalStage(nn.Module):
-    def __init__(self, dim: int, depth: int, heads: int, window: int, mlp_ratio: float, text_dim: int, fusion_heads: int,
-                 downsample: bool):  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        depth: int,
+        heads: int,
+        window: int,
+        mlp_ratio: float,
+        text_dim: int,
+        fusion_heads: int,
+        downsample: bool,
+    ):
         super().__init__()
         self.window = window
         self.blocks = nn.ModuleList(
@@ -444,25 +453,57 @@ class CrossScaleInteraction(nn.Module):
 # Entries as (r, c, term); terms over x = cos(theta), y = sin(theta): the ARC paper's interpolation of the taps
 # along the kernel's border, one table for theta >= 0 and one for theta < 0. The centre tap stays.
 _ROTATION_POSITIVE = (
-    (0, 0, "a"), (0, 1, "1-a"),
-    (1, 1, "x-b"), (1, 2, "b"), (1, 4, "1-c+b"), (1, 5, "y-b"),
-    (2, 2, "a"), (2, 5, "1-a"),
-    (3, 0, "b"), (3, 1, "y-b"), (3, 3, "x-b"), (3, 4, "1-c+b"),
-    (5, 4, "1-c+b"), (5, 5, "x-b"), (5, 7, "y-b"), (5, 8, "b"),
-    (6, 3, "1-a"), (6, 6, "a"),
-    (7, 3, "y-b"), (7, 4, "1-c+b"), (7, 6, "b"), (7, 7, "x-b"),
-    (8, 7, "1-a"), (8, 8, "a"),
-)  # fmt: skip
+    (0, 0, "a"),
+    (0, 1, "1-a"),
+    (1, 1, "x-b"),
+    (1, 2, "b"),
+    (1, 4, "1-c+b"),
+    (1, 5, "y-b"),
+    (2, 2, "a"),
+    (2, 5, "1-a"),
+    (3, 0, "b"),
+    (3, 1, "y-b"),
+    (3, 3, "x-b"),
+    (3, 4, "1-c+b"),
+    (5, 4, "1-c+b"),
+    (5, 5, "x-b"),
+    (5, 7, "y-b"),
+    (5, 8, "b"),
+    (6, 3, "1-a"),
+    (6, 6, "a"),
+    (7, 3, "y-b"),
+    (7, 4, "1-c+b"),
+    (7, 6, "b"),
+    (7, 7, "x-b"),
+    (8, 7, "1-a"),
+    (8, 8, "a"),
+)
 _ROTATION_NEGATIVE = (
-    (0, 0, "c"), (0, 3, "1-c"),
-    (1, 0, "-b"), (1, 1, "x+b"), (1, 3, "b-y"), (1, 4, "1-a-b"),
-    (2, 1, "1-c"), (2, 2, "c"),
-    (3, 3, "x+b"), (3, 4, "1-a-b"), (3, 6, "-b"), (3, 7, "b-y"),
-    (5, 1, "b-y"), (5, 2, "-b"), (5, 4, "1-a-b"), (5, 5, "x+b"),
-    (6, 6, "c"), (6, 7, "1-c"),
-    (7, 4, "1-a-b"), (7, 5, "b-y"), (7, 7, "x+b"), (7, 8, "-b"),
-    (8, 5, "1-c"), (8, 8, "c"),
-)  # fmt: skip
+    (0, 0, "c"),
+    (0, 3, "1-c"),
+    (1, 0, "-b"),
+    (1, 1, "x+b"),
+    (1, 3, "b-y"),
+    (1, 4, "1-a-b"),
+    (2, 1, "1-c"),
+    (2, 2, "c"),
+    (3, 3, "x+b"),
+    (3, 4, "1-a-b"),
+    (3, 6, "-b"),
+    (3, 7, "b-y"),
+    (5, 1, "b-y"),
+    (5, 2, "-b"),
+    (5, 4, "1-a-b"),
+    (5, 5, "x+b"),
+    (6, 6, "c"),
+    (6, 7, "1-c"),
+    (7, 4, "1-a-b"),
+    (7, 5, "b-y"),
+    (7, 7, "x+b"),
+    (7, 8, "-b"),
+    (8, 5, "1-c"),
+    (8, 8, "c"),
+)
 
 
 def rotation_matrices(theta: torch.Tensor) -> torch.Tensor:
@@ -471,9 +512,19 @@ def rotation_matrices(theta: torch.Tensor) -> torch.Tensor:
     a, b, c = x - y, x * y, x + y
     one = torch.ones_like(theta)
     terms = {
-        "a": a, "1-a": one - a, "b": b, "-b": -b, "c": c, "1-c": one - c, "x-b": x - b, "y-b": y - b,
-        "1-c+b": one - c + b, "x+b": x + b, "b-y": b - y, "1-a-b": one - a - b,
-    }  # fmt: skip
+        "a": a,
+        "1-a": one - a,
+        "b": b,
+        "-b": -b,
+        "c": c,
+        "1-c": one - c,
+        "x-b": x - b,
+        "y-b": y - b,
+        "1-c+b": one - c + b,
+        "x+b": x + b,
+        "b-y": b - y,
+        "1-a-b": one - a - b,
+    }
 
     def build(table) -> torch.Tensor:
         m = theta.new_zeros((*theta.shape, 9, 9))
@@ -542,8 +593,9 @@ class Decoder(nn.Module):
         super().__init__()
         c1, c2, c3, c4 = widths
         hidden = c4 // 2
-        self.stages = nn.ModuleList([DecoderStage(c4 + c3, hidden), DecoderStage(hidden + c2, hidden),
-                                     DecoderStage(hidden + c1, hidden)])  # fmt: skip
+        self.stages = nn.ModuleList(
+            [DecoderStage(c4 + c3, hidden), DecoderStage(hidden + c2, hidden), DecoderStage(hidden + c1, hidden)]
+        )
         self.classifier = nn.Conv2d(hidden, 2, 1)
 
     def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
@@ -564,10 +616,18 @@ class MultiModalSwin(nn.Module):
         self.patch_norm = nn.LayerNorm(config.embed_dim)
         last = len(config.depths) - 1
         self.stages = nn.ModuleList(
-            MultiModalStage(widths[i], config.depths[i], config.num_heads[i], config.window_size, config.mlp_ratio,
-                            text_dim, config.fusion_heads[i], downsample=i < last)
+            MultiModalStage(
+                widths[i],
+                config.depths[i],
+                config.num_heads[i],
+                config.window_size,
+                config.mlp_ratio,
+                text_dim,
+                config.fusion_heads[i],
+                downsample=i < last,
+            )
             for i in range(len(config.depths))
-        )  # fmt: skip
+        )
         self.out_norms = nn.ModuleList(nn.LayerNorm(w) for w in widths)
 
     def forward(self, pixels: torch.Tensor, words: torch.Tensor, word_mask: torch.Tensor) -> list[torch.Tensor]:

@@ -217,9 +217,7 @@ class LazyBackend:
 class TaskTool:
     """One task-level tool bound to one backend."""
 
-    def __init__(
-        self, spec: TaskSpec, backend: Backend, backend_name: str, max_pixels: int, isolation: str = "thread"
-    ):
+    def __init__(self, spec: TaskSpec, backend: Backend, backend_name: str, max_pixels: int, isolation: str = "thread"):
         self.spec, self.isolation = spec, isolation  # isolation: how ToolRegistry.call stops it on timeout
         self.name, self.description = spec.name, spec.description
         self.modality, self.params_model = spec.modality, spec.params_model

@@ -85,9 +85,15 @@ def read_risbench(root: Path, split: str = "train") -> ReadResult:
             report.skip(BAD_GEOMETRY, f"{where}: empty mask")
             continue
         made = box_object(
-            float(cols.min()), float(rows.min()), float(cols.max() + 1), float(rows.max() + 1), width, height,
-            RISBENCH_LABEL, mask=mask_to_rle(mask),
-        )  # fmt: skip
+            float(cols.min()),
+            float(rows.min()),
+            float(cols.max() + 1),
+            float(rows.max() + 1),
+            width,
+            height,
+            RISBENCH_LABEL,
+            mask=mask_to_rle(mask),
+        )
         if isinstance(made, str):
             report.skip(made, where)
             continue

@@ -35,8 +35,20 @@ TEXT_FILES = {  # split -> [(file stem, kind)]
     "test_concise": [("Caption_test1", "caption")],
 }
 TEXT_SUFFIXES = (".csv", ".json", ".jsonl")
-IMAGE_KEYS = ("image", "images", "img", "image_name", "img_name", "image_path", "imagename", "filename", "file_name",
-              "image_id", "name", "path")  # fmt: skip
+IMAGE_KEYS = (
+    "image",
+    "images",
+    "img",
+    "image_name",
+    "img_name",
+    "image_path",
+    "imagename",
+    "filename",
+    "file_name",
+    "image_id",
+    "name",
+    "path",
+)
 CAPTION_KEYS = ("caption", "captions", "description", "sentence", "text", "output", "label")
 QUESTION_KEYS = ("question", "query", "q", "instruction", "prompt")
 ANSWER_KEYS = ("answer", "answers", "a", "gt", "ground_truth", "output", "label")

@@ -18,10 +18,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="the run folder (e.g. runs/demo); rerun to resume")
     parser.add_argument("--quick", action="store_true", help="a reduced run (a few minutes; what the slow tests use)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of data, training and evaluation (default 0)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: 2, or 1 on a 1-CPU machine); use 1 when something else is busy")
-    parser.add_argument("--until", choices=PHASES, default="report",
-                        help="stop after this phase (e.g. data: what configs/tiny/stage*.yaml train on)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: 2, or 1 on a 1-CPU machine); use 1 when something else is busy",
+    )
+    parser.add_argument(
+        "--until",
+        choices=PHASES,
+        default="report",
+        help="stop after this phase (e.g. data: what configs/tiny/stage*.yaml train on)",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON at the end")
 
 
@@ -34,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.json:
         results = read_results(Layout(args.out))
-        print(json.dumps({"report": str(report), "evaluate": results["evaluate"], "seconds": results["seconds"]}, indent=1))
+        print(
+            json.dumps(
+                {"report": str(report), "evaluate": results["evaluate"], "seconds": results["seconds"]}, indent=1
+            )
+        )
     else:
         print(report)
     return 0

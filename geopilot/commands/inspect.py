@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
             sample_id = record["id"]
             if sample_id is not None and sample_id in first_line and not record["error"]:
                 record["error"] = str(
-                    SampleError(f"duplicate id (first on line {first_line[sample_id]})", sample_id=sample_id, line=line_number)
+                    SampleError(
+                        f"duplicate id (first on line {first_line[sample_id]})", sample_id=sample_id, line=line_number
+                    )
                 )
             if sample_id is not None:
                 first_line.setdefault(sample_id, line_number)

@@ -125,8 +125,13 @@ def expected_steps(settings: DemoSettings, counts: dict, stage: int) -> int:
 
 def deterministic_env(settings: DemoSettings) -> dict:
     threads = str(settings.threads)
-    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONHASHSEED": "0",
-            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "PYTHONHASHSEED": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def run_stage(layout: Layout, settings: DemoSettings, stage: int, counts: dict, progress: Progress) -> dict:
@@ -149,8 +154,10 @@ def run_stage(layout: Layout, settings: DemoSettings, stage: int, counts: dict, 
     with (out / "train.log").open("a", encoding="utf-8") as log:
         child = subprocess.Popen(
             [sys.executable, str(TRAIN_SCRIPT), "--config", str(config_path)],
-            stdout=log, stderr=subprocess.STDOUT, env=deterministic_env(settings),
-        )  # fmt: skip
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=deterministic_env(settings),
+        )
         try:
             while child.poll() is None:
                 time.sleep(1.0)
@@ -163,8 +170,12 @@ def run_stage(layout: Layout, settings: DemoSettings, stage: int, counts: dict, 
         raise RuntimeError(f"stage {stage} training failed (exit {child.returncode}); see {out / 'train.log'}")
     info = json.loads((out / "export" / "geopilot_train.json").read_text(encoding="utf-8"))
     progress(total, total)
-    return {"steps": info["steps"], "final_loss": info["final_loss"], "trained": info["data"]["trained"],
-            "losses": read_losses(out)}  # fmt: skip
+    return {
+        "steps": info["steps"],
+        "final_loss": info["final_loss"],
+        "trained": info["data"]["trained"],
+        "losses": read_losses(out),
+    }
 
 
 def _last_step(path: Path) -> int:
@@ -306,8 +317,9 @@ def chat_examples(layout: Layout) -> list[dict]:
             if modality == "optical"
             else "Detect all targets in this SAR image."
         )
-        examples.append({"reader": reader, "root": layout.synth / root, "record": record, "query": query,
-                         "modality": modality})  # fmt: skip
+        examples.append(
+            {"reader": reader, "root": layout.synth / root, "record": record, "query": query, "modality": modality}
+        )
     return examples
 
 
@@ -334,11 +346,17 @@ def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dic
         picture = layout.chats / f"{example['modality']}.png"
         drawn = draw_outputs(load_image(image_path).image, outputs)
         drawn.save(picture)
-        chats.append({
-            "modality": example["modality"], "image": str(image_path), "query": example["query"],
-            "plan": result.turns[0].text if result.turns else "", "answer": result.answer, "outcome": result.outcome,
-            "tool_calls": [{"tool": c.tool, "params": c.params, "error": c.error} for c in result.tool_calls],
-            "picture": picture.name,
-        })  # fmt: skip
+        chats.append(
+            {
+                "modality": example["modality"],
+                "image": str(image_path),
+                "query": example["query"],
+                "plan": result.turns[0].text if result.turns else "",
+                "answer": result.answer,
+                "outcome": result.outcome,
+                "tool_calls": [{"tool": c.tool, "params": c.params, "error": c.error} for c in result.tool_calls],
+                "picture": picture.name,
+            }
+        )
         progress(index + 1, len(examples))
     return {"chats": chats}

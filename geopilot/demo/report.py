@@ -28,8 +28,13 @@ def plot_losses(results: dict, path: Path) -> None:
     for stage, colour in (("stage1", BLUE), ("stage2", RUST)):
         losses = results[stage]["losses"]
         if losses:
-            ax.plot([offset + s for s, _ in losses], [v for _, v in losses], color=colour, lw=1.2,
-                    label=f"{stage[:-1]} {stage[-1]}")  # fmt: skip
+            ax.plot(
+                [offset + s for s, _ in losses],
+                [v for _, v in losses],
+                color=colour,
+                lw=1.2,
+                label=f"{stage[:-1]} {stage[-1]}",
+            )
             offset += losses[-1][0]
     ax.set_yscale("log")
     ax.set_xlabel("optimizer step (stage 2 continues stage 1)")

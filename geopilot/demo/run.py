@@ -20,7 +20,10 @@ from geopilot.fileio import atomic_write
 # Seconds per unit of work, for the up-front estimate, measured on the 2-core development machine (docs/demo.md);
 # training per sample-epoch of a width-96 3-layer text model (scaled by width x layers), by torch threads.
 SECONDS_PER_SCENE = 0.15
-SECONDS_PER_TRAIN_SAMPLE_EPOCH = {1: 0.025, 2: 0.0122}  # default runs: 1112 s (1 thread, before the image cache), 542 s (2)
+SECONDS_PER_TRAIN_SAMPLE_EPOCH = {
+    1: 0.025,
+    2: 0.0122,
+}  # default runs: 1112 s (1 thread, before the image cache), 542 s (2)
 SECONDS_PER_EVAL_CASE = 0.3
 
 
@@ -114,10 +117,18 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str =
     )
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if settings.threads > 1 and busy >= 0.8:  # OpenMP threads that wait on a busy core slow every step down
-        console.print(f"[yellow]the CPUs are already busy (load average {busy:.1f}): expect a slower run, or stop "
-                      "and rerun with --threads 1 in a new --out folder[/yellow]")  # fmt: skip
-    columns = (TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
+        console.print(
+            f"[yellow]the CPUs are already busy (load average {busy:.1f}): expect a slower run, or stop "
+            "and rerun with --threads 1 in a new --out folder[/yellow]"
+        )
+    columns = (
+        TextColumn("{task.description:<9}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as bars:
         for phase in remaining:
             task = bars.add_task(phase, total=None)

@@ -61,12 +61,33 @@ class DemoSettings(StrictConfig):
         if not quick:
             return cls(seed=seed, **chosen)
         small = TinyModelConfig(
-            image_size=32, patch_size=8, vision_hidden=32, vision_layers=1, vision_heads=2, text_hidden=64,
-            text_layers=2, text_heads=4, text_kv_heads=4, text_intermediate=128, max_position_embeddings=768,
-        )  # fmt: skip
+            image_size=32,
+            patch_size=8,
+            vision_hidden=32,
+            vision_layers=1,
+            vision_heads=2,
+            text_hidden=64,
+            text_layers=2,
+            text_heads=4,
+            text_kv_heads=4,
+            text_intermediate=128,
+            max_position_embeddings=768,
+        )
         # a 600-token BPE splits a panoptic tool turn of 9 objects into ~560 tokens: room for them
-        return cls(seed=seed, optical=8, sar=8, samples_per_record=1, vocab_size=600, model=small, max_length=768,
-                   stage1_epochs=1, stage2_epochs=1, eval_cases=27, max_new_tokens=48, **chosen)  # fmt: skip
+        return cls(
+            seed=seed,
+            optical=8,
+            sar=8,
+            samples_per_record=1,
+            vocab_size=600,
+            model=small,
+            max_length=768,
+            stage1_epochs=1,
+            stage2_epochs=1,
+            eval_cases=27,
+            max_new_tokens=48,
+            **chosen,
+        )
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]

@@ -117,7 +117,9 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
 
     @app.exception_handler(ServeError)
     async def serve_error(request, err: ServeError):
-        return JSONResponse(err.body(), status_code=err.status, headers={"retry-after": "1"} if err.status == 503 else None)
+        return JSONResponse(
+            err.body(), status_code=err.status, headers={"retry-after": "1"} if err.status == 503 else None
+        )
 
     @app.get("/health")
     async def health():
@@ -142,11 +144,17 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     async def chat_completions(request: Request):
         body = _parse_body(await request.body())
         if body.model != config.model_name:
-            raise ServeError(404, f"model {body.model!r} does not exist; this server has {config.model_name!r}",
-                             code="model_not_found")
+            raise ServeError(
+                404,
+                f"model {body.model!r} does not exist; this server has {config.model_name!r}",
+                code="model_not_found",
+            )
         conversation = await asyncio.to_thread(_conversation, body, policy, config.max_image_pixels)
-        job = Job(conversation, _options(body, config), min(_pick(body.geopilot.max_rounds, config.max_rounds),
-                                                             config.max_rounds))
+        job = Job(
+            conversation,
+            _options(body, config),
+            min(_pick(body.geopilot.max_rounds, config.max_rounds), config.max_rounds),
+        )
         started = time.time()
         if body.stream:
             return _stream(request, job, body, config, batcher, started)
@@ -183,9 +191,11 @@ def _text(content) -> str:
 
 
 def _images(content) -> list[str]:
-    return [] if content is None or isinstance(content, str) else [
-        part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None
-    ]
+    return (
+        []
+        if content is None or isinstance(content, str)
+        else [part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None]
+    )
 
 
 def _conversation(body: ChatCompletionRequest, policy: UrlPolicy, max_pixels: int) -> dict[str, Any]:
@@ -193,8 +203,9 @@ def _conversation(body: ChatCompletionRequest, policy: UrlPolicy, max_pixels: in
     turns = [m for m in body.messages if m.role != "system"]
     urls = [url for m in turns for url in _images(m.content)]
     if len(urls) != 1:
-        raise ServeError(400, f"a conversation needs exactly one image (image_url part), got {len(urls)}",
-                         code="bad_request")
+        raise ServeError(
+            400, f"a conversation needs exactly one image (image_url part), got {len(urls)}", code="bad_request"
+        )
     data = decode_data_url(urls[0]) if urls[0].strip().startswith("data:") else policy.fetch(urls[0])
     marked = [(m.role, _text(m.content), bool(_images(m.content))) for m in turns]
     return chat_request(marked, data, max_pixels, body.geopilot.modality)
@@ -308,9 +319,7 @@ async def _completion(result, job: Job, body: ChatCompletionRequest, config: Ser
         "object": "chat.completion",
         "created": int(started),
         "model": config.model_name,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}
-        ],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
         "usage": _usage(result),
         "geopilot": await _extension(result, job, body),
     }
@@ -347,8 +356,12 @@ def _stream(request, job: Job, body: ChatCompletionRequest, config: ServeConfig,
                     item = await asyncio.wait_for(pieces.get(), max(0.0, deadline - time.monotonic()))
                 except TimeoutError:
                     batcher.cancel(job)
-                    error = ServeError(504, f"the request took longer than {config.request_timeout_s:g} s",
-                                       "server_error", code="timeout")
+                    error = ServeError(
+                        504,
+                        f"the request took longer than {config.request_timeout_s:g} s",
+                        "server_error",
+                        code="timeout",
+                    )
                     yield f"data: {json.dumps(error.body())}\n\n"
                     return
                 if item is end:
@@ -359,7 +372,7 @@ def _stream(request, job: Job, body: ChatCompletionRequest, config: ServeConfig,
                 yield f"data: {json.dumps(_job_error(job.future.exception()).body())}\n\n"
                 return
             result = job.future.result()
-            rest = result.answer[len(sent):] if result.answer.startswith(sent) else ""
+            rest = result.answer[len(sent) :] if result.answer.startswith(sent) else ""
             if rest:
                 yield chunk({"content": rest})
             yield chunk({}, "stop", usage=_usage(result), geopilot=await _extension(result, job, body))

@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (llava-hf layout, e.g. a training export)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=None, help="required on every route but /health (default: env GEOPILOT_API_KEY)")
+    parser.add_argument(
+        "--api-key", default=None, help="required on every route but /health (default: env GEOPILOT_API_KEY)"
+    )
     parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
     parser.add_argument("--max-batch", type=int, default=8, help="requests per batched chat (1: no batching)")
     parser.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long a request waits for a batch")
@@ -37,8 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-timeout", type=float, default=60.0, help="seconds per tool call")
     parser.add_argument("--max-body-mb", type=float, default=20.0, help="request body limit (then 413)")
     parser.add_argument("--max-image-pixels", type=int, default=40_000_000, help="image size limit (then 413)")
-    parser.add_argument("--allow-url-host", action="append", default=[], metavar="HOST",
-                        help="fetch http(s) image URLs from this host / IP / CIDR (repeatable; default: none)")
+    parser.add_argument(
+        "--allow-url-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="fetch http(s) image URLs from this host / IP / CIDR (repeatable; default: none)",
+    )
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds per request")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
@@ -77,14 +84,25 @@ def build_pilot(args: argparse.Namespace, config):
     if args.engine_url:
         from geopilot.serving.endpoint import EndpointPilot
 
-        return EndpointPilot(args.engine_url, args.model, tools_config=args.tools, tool_timeout_s=config.tool_timeout_s,
-                             max_pixels=config.max_image_pixels)
+        return EndpointPilot(
+            args.engine_url,
+            args.model,
+            tools_config=args.tools,
+            tool_timeout_s=config.tool_timeout_s,
+            max_pixels=config.max_image_pixels,
+        )
     from geopilot.agent import GeoPilot
 
     if not Path(args.model).is_dir():
         raise GeoPilotInputError(f"model directory not found: {args.model}")
-    return GeoPilot.from_pretrained(args.model, device=args.device, dtype=args.dtype, tools_config=args.tools,
-                                    tool_timeout_s=config.tool_timeout_s, max_pixels=config.max_image_pixels)
+    return GeoPilot.from_pretrained(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        tools_config=args.tools,
+        tool_timeout_s=config.tool_timeout_s,
+        max_pixels=config.max_image_pixels,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,15 +112,21 @@ def run(args: argparse.Namespace) -> int:
         from geopilot.serving.worker import serve_worker
 
         if not is_loopback(args.host):
-            print("geopilot serve: warning: the FastChat worker protocol has no authentication; keep "
-                  f"{args.host}:{args.port} off public networks", file=sys.stderr)
+            print(
+                "geopilot serve: warning: the FastChat worker protocol has no authentication; keep "
+                f"{args.host}:{args.port} off public networks",
+                file=sys.stderr,
+            )
         serve_worker(pilot, config, args.controller, args.host, args.port)
         return 0
     import uvicorn
 
     from geopilot.serving.api import create_app
 
-    print(f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} (demo: /demo)", file=sys.stderr,
-          flush=True)
+    print(
+        f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} (demo: /demo)",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(create_app(pilot, config), host=args.host, port=args.port, log_level="warning")
     return 0

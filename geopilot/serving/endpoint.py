@@ -76,22 +76,40 @@ class EndpointPilot:
             self._tools = build_registry(self.tools_config)
         return self._tools
 
-    def chat(self, image, query: str, history: list | None = None, max_rounds: int = 1,
-             generation: GenerationOptions | dict | None = None, modality=None,
-             stream: Callable[[str], None] | None = None) -> ChatResult:
+    def chat(
+        self,
+        image,
+        query: str,
+        history: list | None = None,
+        max_rounds: int = 1,
+        generation: GenerationOptions | dict | None = None,
+        modality=None,
+        stream: Callable[[str], None] | None = None,
+    ) -> ChatResult:
         request = {"image": image, "query": query, "history": history, "modality": modality}
         prepared = self._prepare(to_chat_request(request))
         return self._run(prepared, checked_rounds(max_rounds), checked_options(generation), stream)
 
-    def chat_batch(self, requests: list[ChatRequest | dict], max_rounds: int = 1,
-                   generation: GenerationOptions | dict | None = None) -> list[ChatResult]:
+    def chat_batch(
+        self,
+        requests: list[ChatRequest | dict],
+        max_rounds: int = 1,
+        generation: GenerationOptions | dict | None = None,
+    ) -> list[ChatResult]:
         prepared = [self._prepare(to_chat_request(r, i)) for i, r in enumerate(requests)]
         rounds, options = checked_rounds(max_rounds), checked_options(generation)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel, len(prepared)))) as pool:
             return list(pool.map(lambda p: self._run(p, rounds, options, None), prepared))
 
-    def chat_stream(self, image, query: str, history: list | None = None, max_rounds: int = 1,
-                    generation: GenerationOptions | dict | None = None, modality=None) -> AnswerStream:
+    def chat_stream(
+        self,
+        image,
+        query: str,
+        history: list | None = None,
+        max_rounds: int = 1,
+        generation: GenerationOptions | dict | None = None,
+        modality=None,
+    ) -> AnswerStream:
         request = {"image": image, "query": query, "history": history, "modality": modality}
         prepared = self._prepare(to_chat_request(request))
         options, rounds = checked_options(generation), checked_rounds(max_rounds)
@@ -146,8 +164,11 @@ class EndpointPilot:
                 response = httpx.post(url, json=body, headers=self.headers, timeout=self.timeout_s)
                 _raise_for(response)
                 data = response.json()
-                text, finish, usage = data["choices"][0]["message"]["content"] or "", \
-                    data["choices"][0].get("finish_reason"), data.get("usage") or {}
+                text, finish, usage = (
+                    data["choices"][0]["message"]["content"] or "",
+                    data["choices"][0].get("finish_reason"),
+                    data.get("usage") or {},
+                )
             else:
                 text, finish, usage = self._stream(url, body, on_text)
         except httpx.HTTPError as err:
@@ -156,8 +177,13 @@ class EndpointPilot:
             raise EndpointError(f"{url}: not an OpenAI chat completion ({type(err).__name__}: {err})") from None
         # An OpenAI server reports token counts, not ids: the ids stay unknown (-1), their number is right.
         generated = [-1] * int(usage.get("completion_tokens") or 0)
-        return Turn(generated, text.strip(), finish != "length", int(usage.get("prompt_tokens") or 0),
-                    time.perf_counter() - start)
+        return Turn(
+            generated,
+            text.strip(),
+            finish != "length",
+            int(usage.get("prompt_tokens") or 0),
+            time.perf_counter() - start,
+        )
 
     def _stream(self, url: str, body: dict, on_text) -> tuple[str, str | None, dict]:
         import httpx
@@ -198,5 +224,7 @@ def _with_image_url(message: dict, url: str) -> dict:
     """The template's `{"type": "image"}` part -> the OpenAI `image_url` part carrying the image."""
     if message["role"] != "user" or isinstance(message["content"], str):
         return message
-    parts = [{"type": "image_url", "image_url": {"url": url}} if p["type"] == "image" else p for p in message["content"]]
+    parts = [
+        {"type": "image_url", "image_url": {"url": url}} if p["type"] == "image" else p for p in message["content"]
+    ]
     return {**message, "content": parts}

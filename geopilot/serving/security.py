@@ -151,7 +151,8 @@ class UrlPolicy:
         literal = _address(host)
         if not (self.hosts or self.networks):
             raise ServeError(
-                400, "image URLs are not fetched by this server (send a data: URL, or start it with --allow-url-host)",
+                400,
+                "image URLs are not fetched by this server (send a data: URL, or start it with --allow-url-host)",
                 code="url_not_allowed",
             )
         if host not in self.hosts and not (literal is not None and self._listed(literal)):
@@ -188,7 +189,9 @@ class UrlPolicy:
                         raise ServeError(413, f"image URL body over {self.max_bytes:,} bytes", code="image_too_large")
                     chunks.append(chunk)
         except httpx.HTTPError as err:
-            raise ServeError(400, f"image URL could not be fetched: {type(err).__name__}", code="bad_image_url") from None
+            raise ServeError(
+                400, f"image URL could not be fetched: {type(err).__name__}", code="bad_image_url"
+            ) from None
         return b"".join(chunks)
 
 

@@ -40,7 +40,11 @@ from geopilot.serving.security import ServeError, decode_base64_image
 
 SEP, SEP2 = "\x1e", "\x1f"  # between a user turn and the next, after an assistant turn
 ROLES = ("USER", "ASSISTANT")
-_ERROR_CODES = {400: ErrorCode.VALIDATION_TYPE_ERROR, 413: ErrorCode.PARAM_OUT_OF_RANGE, 503: ErrorCode.ENGINE_OVERLOADED}
+_ERROR_CODES = {
+    400: ErrorCode.VALIDATION_TYPE_ERROR,
+    413: ErrorCode.PARAM_OUT_OF_RANGE,
+    503: ErrorCode.ENGINE_OVERLOADED,
+}
 
 
 def geopilot_conversation() -> Conversation:
@@ -68,8 +72,13 @@ def parse_prompt(prompt: str) -> list[tuple[str, str, bool]]:
         if not piece.startswith(prefix):
             raise ServeError(400, f"turn {index} of the prompt should start with {prefix!r}")
         text = piece[len(prefix) :]
-        turns.append(("user" if role == ROLES[0] else "assistant", text.replace(IMAGE_PLACEHOLDER_STR, "").strip(),
-                      IMAGE_PLACEHOLDER_STR in text))
+        turns.append(
+            (
+                "user" if role == ROLES[0] else "assistant",
+                text.replace(IMAGE_PLACEHOLDER_STR, "").strip(),
+                IMAGE_PLACEHOLDER_STR in text,
+            )
+        )
     return turns
 
 
@@ -102,12 +111,14 @@ class GeoPilotWorker(BaseModelWorker):
         images = params.get("images") or []
         if len(images) != 1:
             raise ServeError(400, f"a conversation needs exactly one image, got {len(images)}")
-        request = chat_request(parse_prompt(params["prompt"]), decode_base64_image(images[0]),
-                               self.config.max_image_pixels)
+        request = chat_request(
+            parse_prompt(params["prompt"]), decode_base64_image(images[0]), self.config.max_image_pixels
+        )
         temperature = float(params.get("temperature") or 0.0)
         options = GenerationOptions(
-            max_new_tokens=min(int(params.get("max_new_tokens") or self.config.max_new_tokens),
-                               self.config.max_new_tokens),
+            max_new_tokens=min(
+                int(params.get("max_new_tokens") or self.config.max_new_tokens), self.config.max_new_tokens
+            ),
             do_sample=temperature > 1e-5,
             temperature=temperature if temperature > 1e-5 else 1.0,
             top_p=float(params.get("top_p") or 1.0) if temperature > 1e-5 else 1.0,

@@ -64,16 +64,30 @@ def test_chat_latency_never_calls_a_contradiction_met(capsys):
     assert summary["target_overhead_le_answer_plus_10pct"].startswith(NOISY)
     assert "round 2: the direct query (10.650 s) was not faster" in summary["target_overhead_le_answer_plus_10pct"]
     assert summary["spread"]["overhead_over_answer_turn"]["rounds"] == [r["overhead_over_answer_turn"] for r in rounds]
-    report = {"device": "cpu", "dtype": "float32", "repeats": 3, "parameters_M": 109.0, "image_tokens": 576,
-              "prompt_tokens": 650, "think_tokens": 53, "answer_tokens": 43, "answer_turn_prefilled_tokens_reuse": 176,
-              "answer_turn_prefilled_tokens_reprefill": 860, **summary}  # fmt: skip
+    report = {
+        "device": "cpu",
+        "dtype": "float32",
+        "repeats": 3,
+        "parameters_M": 109.0,
+        "image_tokens": 576,
+        "prompt_tokens": 650,
+        "think_tokens": 53,
+        "answer_tokens": 43,
+        "answer_turn_prefilled_tokens_reuse": 176,
+        "answer_turn_prefilled_tokens_reprefill": 860,
+        **summary,
+    }
     chat_latency.print_report(report)
     out = capsys.readouterr().out
     assert "target <= 1.10x" in out and NOISY in out and "(rounds " in out and "spread" in out
 
     slower_tools = {"tool_query_s": 3.9}  # overhead 1.85 s = 1.23x the answer turn, in every round
     steady = chat_latency.summarize(
-        [chat_round(**slower_tools), chat_round(answer_turn_reprefill_s=2.3, **slower_tools), chat_round(**slower_tools)]
+        [
+            chat_round(**slower_tools),
+            chat_round(answer_turn_reprefill_s=2.3, **slower_tools),
+            chat_round(**slower_tools),
+        ]
     )
     assert steady["target_speedup_2x"] == "met" and steady["target_overhead_le_answer_plus_10pct"] == "NOT met"
     slow_reuse = chat_latency.summarize([chat_round(answer_first_token_reuse_s=1.2), chat_round(), chat_round()])
@@ -84,9 +98,16 @@ def test_train_throughput_ratio_is_per_round():
     import train_throughput
 
     def epoch(mode, rate, fraction):
-        return {"mode": mode, "batches": 24, "tokens_processed": 1000, "tokens_useful": int(1000 * fraction),
-                "useful_fraction": fraction, "seconds": 1000 / rate, "useful_tokens_per_s": rate,
-                "processed_tokens_per_s": rate / fraction}  # fmt: skip
+        return {
+            "mode": mode,
+            "batches": 24,
+            "tokens_processed": 1000,
+            "tokens_useful": int(1000 * fraction),
+            "useful_fraction": fraction,
+            "seconds": 1000 / rate,
+            "useful_tokens_per_s": rate,
+            "processed_tokens_per_s": rate / fraction,
+        }
 
     runs = {
         "llava_random_padded": [epoch("llava_random_padded", r, 0.55) for r in (100, 50, 100)],

@@ -101,8 +101,14 @@ def test_bad_timeouts_are_input_errors(pilot, capsys):
 
 @pytest.mark.parametrize(
     ("device", "message"),
-    [("tpu9", "unknown device 'tpu9'"), pytest.param("cuda", "CUDA is not available", marks=pytest.mark.skipif(
-        __import__("torch").cuda.is_available(), reason="this host has CUDA"))],
+    [
+        ("tpu9", "unknown device 'tpu9'"),
+        pytest.param(
+            "cuda",
+            "CUDA is not available",
+            marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this host has CUDA"),
+        ),
+    ],
 )
 def test_chat_with_an_unusable_device_exits_2(tiny_model_dir, device, message, capsys):
     image = str(EXAMPLES / "images" / "airport.png")
@@ -154,12 +160,17 @@ def test_invalid_utf8_is_one_bad_line(tmp_path):
     report = LoadReport()
     samples = list(load_samples(path, on_error="skip", report=report))
     assert len(samples) == 1 and report.skipped == 2
-    assert report.errors == ["line 1: not valid UTF-8 (byte 12 of the line)", "line 3: not valid UTF-8 (byte 1 of the line)"]
+    assert report.errors == [
+        "line 1: not valid UTF-8 (byte 12 of the line)",
+        "line 3: not valid UTF-8 (byte 1 of the line)",
+    ]
     with pytest.raises(SampleError, match="line 1: not valid UTF-8"):
         list(load_samples(path, on_error="raise"))
 
 
-@pytest.mark.parametrize("content", [b"", b"\n \n\t\n", b"{not json\n\xff\n[1, 2]\n"], ids=["empty", "blank", "all-bad"])
+@pytest.mark.parametrize(
+    "content", [b"", b"\n \n\t\n", b"{not json\n\xff\n[1, 2]\n"], ids=["empty", "blank", "all-bad"]
+)
 def test_training_without_samples_is_the_no_samples_error(tmp_path, tiny_tokenizer, content):
     from geopilot.training.config import DataConfig
     from geopilot.training.data import TrainingDataError, build_training_data
@@ -190,7 +201,12 @@ def test_single_process_deepspeed_is_refused_with_the_torchrun_command(tmp_path,
     monkeypatch.delenv("RANK", raising=False)
     data = tmp_path / "data.jsonl"
     shutil.copy(EXAMPLES / "samples.jsonl", data)
-    argv = ["--config", str(ROOT / "configs/tiny/stage1.yaml"), f"output_dir={tmp_path / 'out'}", f"data.files=[{data}]"]
+    argv = [
+        "--config",
+        str(ROOT / "configs/tiny/stage1.yaml"),
+        f"output_dir={tmp_path / 'out'}",
+        f"data.files=[{data}]",
+    ]
     assert train.main([*argv, f"engine.deepspeed={ROOT / 'configs/deepspeed/zero2.json'}"]) == 2
     assert "torchrun --nproc_per_node 1 train.py" in one_line_error(capsys)
     assert not (tmp_path / "out").exists()

@@ -44,11 +44,18 @@ def test_each_datasets_own_names_become_one_canonical_name():
     assert canonical_class("storage_tank", "iSAID") == "storage tank"
     assert canonical_class("small-vehicle", "DOTA v1.5") == "small vehicle"
     assert canonical_class("Small_Vehicle", "iSAID") == "small vehicle"
-    assert canonical_class("baseball-diamond", "DOTA") == canonical_class("Baseball Field", "FAIR1M") == "baseball field"
+    assert (
+        canonical_class("baseball-diamond", "DOTA") == canonical_class("Baseball Field", "FAIR1M") == "baseball field"
+    )
     assert canonical_class("Expressway-Service-area", "DIOR") == "expressway service area"  # raw DIOR casing
     assert [canonical_class(c, "SARDet-100K") for c in ("ship", "aircraft", "car", "tank", "bridge", "harbor")] == [
-        "ship", "airplane", "car", "storage tank", "bridge", "harbor",
-    ]  # fmt: skip
+        "ship",
+        "airplane",
+        "car",
+        "storage tank",
+        "bridge",
+        "harbor",
+    ]
     assert canonical_class("plane", "DOTA") == canonical_class("airplane", "DIOR") == "airplane"
     assert canonical_class("Boeing737", "FAIR1M") == "boeing 737"
     assert canonical_class("agriculture land", "OpenEarthMap") == "agricultural land"
@@ -81,8 +88,15 @@ def test_dataset_classes_in_the_datasets_order():
     assert len(dataset_classes("FAIR1M")) == 37 and len(dataset_classes("iSAID")) == 15
     assert dataset_classes("sardet") == ["ship", "airplane", "car", "storage tank", "bridge", "harbor"]
     assert dataset_classes("OpenEarthMap") == [
-        "bare land", "rangeland", "developed space", "road", "tree", "water", "agricultural land", "building",
-    ]  # fmt: skip
+        "bare land",
+        "rangeland",
+        "developed space",
+        "road",
+        "tree",
+        "water",
+        "agricultural land",
+        "building",
+    ]
 
 
 def test_every_name_in_the_file_maps_to_a_canonical_class():
@@ -107,9 +121,16 @@ def test_labels_match_for_evaluation():
 def test_segearth_ov_prompts_and_thresholds_are_upstreams():
     table = default_vocabulary().segearth_entry("OpenEarthMap").prompts
     assert list(table.values()) == [
-        "background", "bareland,barren", "grass", "pavement", "road", "tree,forest", "water,river", "cropland",
+        "background",
+        "bareland,barren",
+        "grass",
+        "pavement",
+        "road",
+        "tree,forest",
+        "water,river",
+        "cropland",
         "building,roof,house",
-    ]  # fmt: skip
+    ]
     assert segearth_queries(["background", *dataset_classes("OpenEarthMap")]) == list(table.values())
     assert segearth_queries(["Rangeland", "cropland", "pier"]) == ["grass", "cropland", "pier"]
     assert segearth_threshold("OpenEarthMap") == 0.1 and segearth_threshold("oem") == 0.1
@@ -165,7 +186,9 @@ def test_tools_yaml_detect_all_vocabulary_comes_from_the_vocabulary():
 
 def test_detector_prompts_are_canonical_and_closed_set_labels_come_out_canonical():
     detector = FakeDetector()
-    adapter = DetectorAdapter(detector, DetectorOptions(vocabulary=["storagetank"], vocabulary_datasets=["SARDet-100K"]))
+    adapter = DetectorAdapter(
+        detector, DetectorOptions(vocabulary=["storagetank"], vocabulary_datasets=["SARDet-100K"])
+    )
     params = TASKS_BY_NAME["detect_objects"].params_model.model_validate({"categories": ["planes", "storage-tank"]})
     out = adapter.run("detect_objects", _image(), params)
     assert detector.prompts[-1] == ["airplane", "storage tank"]
@@ -206,9 +229,16 @@ def test_segmenter_sends_segearth_prompts_and_threshold_and_answers_in_the_reque
 def test_annotation_backend_matches_categories_and_classes_through_the_vocabulary(tmp_path):
     labels = np.array([[7, 7], [8, 0]], dtype=np.uint8)
     Image.fromarray(labels).save(tmp_path / "label.png")
-    record = AnnotationRecord("DOTA", "x.png", 2, 2, objects=[
-        ObjectAnnotation("airplane", (0.0, 0.0, 0.5, 0.5)), ObjectAnnotation("storage tank", (0.5, 0.5, 1.0, 1.0)),
-    ])  # fmt: skip
+    record = AnnotationRecord(
+        "DOTA",
+        "x.png",
+        2,
+        2,
+        objects=[
+            ObjectAnnotation("airplane", (0.0, 0.0, 0.5, 0.5)),
+            ObjectAnnotation("storage tank", (0.5, 0.5, 1.0, 1.0)),
+        ],
+    )
     record.semantic = SemanticSegmentation(str(tmp_path / "label.png"), {7: "agricultural land", 8: "building"}, (0,))
     backend = AnnotationBackend(record)
     planes = backend.call("detect_objects", {"categories": ["planes"]})

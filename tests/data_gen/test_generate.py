@@ -178,22 +178,59 @@ def test_geochat_instruct_file_keeps_dialogues_that_are_neither_grounding_nor_co
     for name in ("P0003_0004.png", "P0010_0001.png", "airport_12.jpg"):
         Image.new("RGB", (50, 40)).save(root / "images" / name)
     entries = [
-        {"id": "P0003_0004", "image": "P0003_0004.png", "conversations": [
-            {"from": "human", "value": "<image>\nIs it a rural or an urban area? Answer in one word or a short phrase."},
-            {"from": "gpt", "value": "Urban"}]},
-        {"id": "P0003_0004", "image": "P0003_0004.png", "conversations": [
-            {"from": "human", "value": "<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"},
-            {"from": "gpt", "value": "{<12><40><15><44>|<35>}"}]},
-        {"id": "P0010_0001", "image": "P0010_0001.png", "conversations": [
-            {"from": "human", "value": "<image>\nDescribe the image in detail."},
-            {"from": "gpt", "value": "Two <p>planes</p> {<10><10><20><20>|<0>}{<30><30><40><40>|<0>} are parked."}]},
-        {"id": "airport_12", "image": "airport_12.jpg", "conversations": [
-            {"from": "human", "value": "<image>\nClassify the given image in one of the following classes. Classes: airport, beach. Answer in one word or a short phrase."},
-            {"from": "gpt", "value": "airport"}]},
-        {"id": "airport_12", "image": "airport_12.jpg", "conversations": [
-            {"from": "human", "value": "<image>\nHow many planes are there in the image? Answer in one word or a short phrase."},
-            {"from": "gpt", "value": "3"}]},
-    ]  # fmt: skip
+        {
+            "id": "P0003_0004",
+            "image": "P0003_0004.png",
+            "conversations": [
+                {
+                    "from": "human",
+                    "value": "<image>\nIs it a rural or an urban area? Answer in one word or a short phrase.",
+                },
+                {"from": "gpt", "value": "Urban"},
+            ],
+        },
+        {
+            "id": "P0003_0004",
+            "image": "P0003_0004.png",
+            "conversations": [
+                {
+                    "from": "human",
+                    "value": "<image>\n[refer] give me the location of <p>the small vehicle on the left</p>",
+                },
+                {"from": "gpt", "value": "{<12><40><15><44>|<35>}"},
+            ],
+        },
+        {
+            "id": "P0010_0001",
+            "image": "P0010_0001.png",
+            "conversations": [
+                {"from": "human", "value": "<image>\nDescribe the image in detail."},
+                {"from": "gpt", "value": "Two <p>planes</p> {<10><10><20><20>|<0>}{<30><30><40><40>|<0>} are parked."},
+            ],
+        },
+        {
+            "id": "airport_12",
+            "image": "airport_12.jpg",
+            "conversations": [
+                {
+                    "from": "human",
+                    "value": "<image>\nClassify the given image in one of the following classes. Classes: airport, beach. Answer in one word or a short phrase.",
+                },
+                {"from": "gpt", "value": "airport"},
+            ],
+        },
+        {
+            "id": "airport_12",
+            "image": "airport_12.jpg",
+            "conversations": [
+                {
+                    "from": "human",
+                    "value": "<image>\nHow many planes are there in the image? Answer in one word or a short phrase.",
+                },
+                {"from": "gpt", "value": "3"},
+            ],
+        },
+    ]
     (root / "GeoChat_Instruct.json").write_text(json.dumps(entries))
     config = GenerateConfig(
         sources=[{"reader": "geochat_instruct", "root": str(root), "abilities": ["general_understanding"]}]

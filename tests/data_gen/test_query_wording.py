@@ -57,7 +57,12 @@ def test_a_synonym_may_name_a_subclass():
 
 
 def test_plural_keeps_uncountable_words():
-    assert [plural(w) for w in ("aircraft", "lorry", "bus", "oil tank")] == ["aircraft", "lorries", "buses", "oil tanks"]
+    assert [plural(w) for w in ("aircraft", "lorry", "bus", "oil tank")] == [
+        "aircraft",
+        "lorries",
+        "buses",
+        "oil tanks",
+    ]
 
 
 def _record(labels: list[str]) -> AnnotationRecord:
@@ -69,8 +74,14 @@ def _plans(ability: str, record: AnnotationRecord, n: int = 300) -> list[tuple[d
     client, out = TemplateClient(), []
     for seed in range(n):
         target = plan_target(ability, record, random.Random(seed))
-        facts = {"ability": ability, "difficulty": target.difficulty, "modality": "optical", "tool": target.tool,
-                 "params": target.params, **target.facts}  # fmt: skip
+        facts = {
+            "ability": ability,
+            "difficulty": target.difficulty,
+            "modality": "optical",
+            "tool": target.tool,
+            "params": target.params,
+            **target.facts,
+        }
         out.append((target, client.reply("plan", facts, seed)))
     return out
 
@@ -81,9 +92,13 @@ def test_queries_use_synonyms_and_params_stay_canonical():
     words = Counter()
     for target, reply in plans:
         assert reply["actions"] == [{"tool": "detect_objects", "params": target.params}]
-        assert all(is_known_class(c) and c == default_vocabulary().canonical_class(c) for c in target.params["categories"])
+        assert all(
+            is_known_class(c) and c == default_vocabulary().canonical_class(c) for c in target.params["categories"]
+        )
         assert check_query(reply["query"], target) == []  # the validator accepts a synonym as naming the class
-        assert all(name in reply["reasoning"] or plural(name) in reply["reasoning"] for name in target.params["categories"])
+        assert all(
+            name in reply["reasoning"] or plural(name) in reply["reasoning"] for name in target.params["categories"]
+        )
         for category in target.params["categories"]:
             words.update(n for n in names_for(category) if plural(n) in reply["query"].lower())
     assert {"lorry", "truck", "jet", "vessel"} <= set(words)  # synonyms appear ...
@@ -103,28 +118,53 @@ def test_some_category_requests_name_an_absent_class_of_the_source():
 
 def test_land_cover_and_expressions_are_reworded():
     reply = TemplateClient().reply
-    classes = {reply("plan", {"ability": "semantic_segmentation", "difficulty": "easy", "modality": "optical",
-                              "tool": "segment_semantic", "params": {"classes": ["tree"]}}, seed)["query"]
-               for seed in range(60)}  # fmt: skip
+    classes = {
+        reply(
+            "plan",
+            {
+                "ability": "semantic_segmentation",
+                "difficulty": "easy",
+                "modality": "optical",
+                "tool": "segment_semantic",
+                "params": {"classes": ["tree"]},
+            },
+            seed,
+        )["query"]
+        for seed in range(60)
+    }
     assert any("woodland" in q or "forest" in q for q in classes) and any("tree" in q for q in classes)
-    facts = {"ability": "visual_grounding", "difficulty": "easy", "modality": "optical", "tool": "ground",
-             "params": {"expression": "the large vehicle in the upper left"}, "target_labels": ["large vehicle"]}  # fmt: skip
+    facts = {
+        "ability": "visual_grounding",
+        "difficulty": "easy",
+        "modality": "optical",
+        "tool": "ground",
+        "params": {"expression": "the large vehicle in the upper left"},
+        "target_labels": ["large vehicle"],
+    }
     replies = [reply("plan", facts, seed) for seed in range(60)]
     assert any("lorry" in r["query"] or "truck" in r["query"] for r in replies)
     assert all(r["actions"][0]["params"]["expression"] == "the large vehicle in the upper left" for r in replies)
 
 
-SLOTS = {"object_detection": "{targets}", "instance_segmentation": "{targets}", "semantic_segmentation": "{classes}",
-         "visual_grounding": "{expression}", "visual_grounding_sar": "{expression}",
-         "referring_segmentation": "{expression}"}  # fmt: skip
+SLOTS = {
+    "object_detection": "{targets}",
+    "instance_segmentation": "{targets}",
+    "semantic_segmentation": "{classes}",
+    "visual_grounding": "{expression}",
+    "visual_grounding_sar": "{expression}",
+    "referring_segmentation": "{expression}",
+}
 
 
 def test_the_grammar_writes_each_intent_in_many_frames_and_keeps_the_slots():
     from geopilot.data_gen.wording import GRAMMAR, compose, frames
 
     for ability in GRAMMAR:
-        written = {compose(ability, difficulty, random.Random(seed)) for seed in range(200)
-                   for difficulty in ("easy", "medium", "hard")}  # fmt: skip
+        written = {
+            compose(ability, difficulty, random.Random(seed))
+            for seed in range(200)
+            for difficulty in ("easy", "medium", "hard")
+        }
         assert len(written) > 300, ability  # hardly a request is written twice
         slot = SLOTS.get(ability)
         if slot is not None:

@@ -90,7 +90,12 @@ def test_a_class_name_in_no_vocabulary_is_kept_verbatim_and_counted_in_the_repor
     )
     (record,), report = READERS["dota"](tmp_path / "DOTA")
     assert [o.label for o in record.objects] == ["Space-Ship", "airplane", "Space-Ship"] and report.skipped == {}
-    config = GenerateConfig(sources=[{"reader": "dota", "root": str(tmp_path / "DOTA")}], abilities=["panoptic_detection"])
+    config = GenerateConfig(
+        sources=[{"reader": "dota", "root": str(tmp_path / "DOTA")}], abilities=["panoptic_detection"]
+    )
     result = generate_dataset(config, tmp_path / "out")
     assert result.report["unknown_class_names"] == {"DOTA": {"Space-Ship": 2}}
-    assert "Class names in no vocabulary (kept verbatim): `DOTA` 'Space-Ship' 2" in (tmp_path / "out/report.md").read_text()
+    assert (
+        "Class names in no vocabulary (kept verbatim): `DOTA` 'Space-Ship' 2"
+        in (tmp_path / "out/report.md").read_text()
+    )

@@ -30,8 +30,16 @@ def tif(path: Path, array: np.ndarray) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = array[None] if array.ndim == 2 else np.moveaxis(array, 2, 0)
     georef = {"crs": "EPSG:4326", "transform": Affine(1e-5, 0.0, 2.0, 0.0, -1e-5, 48.0)}
-    with rasterio.open(path, "w", driver="GTiff", width=data.shape[2], height=data.shape[1], count=data.shape[0],
-                       dtype=data.dtype.name, **georef) as dataset:  # fmt: skip
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=data.shape[2],
+        height=data.shape[1],
+        count=data.shape[0],
+        dtype=data.dtype.name,
+        **georef,
+    ) as dataset:
         dataset.write(data)
     return path
 
@@ -69,8 +77,12 @@ def test_risbench_phrases_grouped_per_image_val_points_at_train_and_bad_lines(tm
     assert obj.box == pytest.approx((32 / 128, 8 / 64, 96 / 128, 24 / 64))
     assert obj.mask["size"] == [64, 128] and isinstance(obj.mask["counts"], str)
     assert report.skipped == {
-        "malformed_line": 1, "bad_geometry": 1, "missing_label": 1, "size_mismatch": 1, "missing_image": 1,
-    }  # fmt: skip
+        "malformed_line": 1,
+        "bad_geometry": 1,
+        "missing_label": 1,
+        "size_mismatch": 1,
+        "missing_image": 1,
+    }
     with pytest.raises(DatasetRootError, match="output_phrase_test.txt"):
         read_risbench(tmp_path, split="test")
 
@@ -102,9 +114,15 @@ def test_openearthmap_regions_with_underscores_label_codes_and_bad_labels(tmp_pa
     assert [r.record_id for r in records] == ["aachen_1", "santa_cruz_2"]
     semantic = records[1].semantic
     assert semantic.class_names == {  # canonical names (geopilot.vocabulary), by OpenEarthMap's label codes
-        1: "bare land", 2: "rangeland", 3: "developed space", 4: "road", 5: "tree", 6: "water",
-        7: "agricultural land", 8: "building",
-    }  # fmt: skip
+        1: "bare land",
+        2: "rangeland",
+        3: "developed space",
+        4: "road",
+        5: "tree",
+        6: "water",
+        7: "agricultural land",
+        8: "building",
+    }
     assert semantic.ignore_values == (0,)
     assert semantic.mask_path.endswith("santa_cruz/labels/santa_cruz_2.tif")
     assert report.skipped == {"unknown_class": 1, "malformed_file": 1, "missing_image": 1}

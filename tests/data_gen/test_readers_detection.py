@@ -35,9 +35,19 @@ def write(path: Path, text: str, newline: str = "\n") -> Path:
 
 def test_registry_names_every_reader():
     assert set(READERS) == {
-        "dota", "dior", "fair1m", "risbench", "isaid", "openearthmap", "spacenet", "cityscale", "rice",
-        "geochat_instruct", "sarlang", "sardet",
-    }  # fmt: skip
+        "dota",
+        "dior",
+        "fair1m",
+        "risbench",
+        "isaid",
+        "openearthmap",
+        "spacenet",
+        "cityscale",
+        "rice",
+        "geochat_instruct",
+        "sarlang",
+        "sardet",
+    }
 
 
 # --- DOTA -------------------------------------------------------------------------------------------------------
@@ -225,8 +235,12 @@ def test_fair1m_closed_rings_parts_and_bad_objects(tmp_path):
 
 
 def isaid_json(tmp_path: Path, annotations: list[dict], images: list[dict]) -> Path:
-    categories = [{"id": 7, "name": "Small_Vehicle"}, {"id": 3, "name": "plane"}, {"id": 15, "name": "Harbor"},
-                  {"id": 16, "name": "Pier_Crane"}]  # fmt: skip
+    categories = [
+        {"id": 7, "name": "Small_Vehicle"},
+        {"id": 3, "name": "plane"},
+        {"id": 15, "name": "Harbor"},
+        {"id": 16, "name": "Pier_Crane"},
+    ]
     data = {"images": images, "annotations": annotations, "categories": categories}
     return write(tmp_path / "val/Annotations/iSAID_val.json", json.dumps(data))
 
@@ -244,8 +258,10 @@ def test_isaid_polygons_masks_mixed_case_names_and_bad_annotations(tmp_path):
         {"id": 5, "image_id": 6, "category_id": 3, "segmentation": [square], "iscrowd": 0},  # image file missing
         {"id": 6, "image_id": 5, "category_id": 16, "segmentation": [square], "iscrowd": 0},  # name in no vocabulary
     ]
-    images = [{"id": 5, "file_name": "P0002.png", "width": 200, "height": 100},
-              {"id": 6, "file_name": "P0404.png", "width": 200, "height": 100}]  # fmt: skip
+    images = [
+        {"id": 5, "file_name": "P0002.png", "width": 200, "height": 100},
+        {"id": 6, "file_name": "P0404.png", "width": 200, "height": 100},
+    ]
     isaid_json(tmp_path, anns, images)
     records, report = read_isaid(tmp_path, split="val")
     (record,) = records
@@ -263,13 +279,23 @@ def test_isaid_devkit_patch_json_and_malformed_root_file(tmp_path):
     image(tmp_path / "train/images/P0002_0_0_800_800.png", 800, 800)
     write(
         tmp_path / "train/instancesonly_filtered_train.json",
-        json.dumps({
-            "images": [{"id": 1, "file_name": "P0002_0_0_800_800.png", "width": 800, "height": 800}],
-            "annotations": [{"id": 9, "image_id": 1, "category_id": 2, "iscrowd": 0,
-                             "segmentation": [[0, 0, 80, 0, 80, 80, 0, 80]], "bbox": [0, 0, 80, 80]}],
-            "categories": [{"id": 2, "name": "Ground_Track_Field"}],
-        }),
-    )  # fmt: skip
+        json.dumps(
+            {
+                "images": [{"id": 1, "file_name": "P0002_0_0_800_800.png", "width": 800, "height": 800}],
+                "annotations": [
+                    {
+                        "id": 9,
+                        "image_id": 1,
+                        "category_id": 2,
+                        "iscrowd": 0,
+                        "segmentation": [[0, 0, 80, 0, 80, 80, 0, 80]],
+                        "bbox": [0, 0, 80, 80],
+                    }
+                ],
+                "categories": [{"id": 2, "name": "Ground_Track_Field"}],
+            }
+        ),
+    )
     records, report = read_isaid(tmp_path, split="train")
     assert records[0].objects[0].label == "ground track field" and report.skipped == {}
     write(tmp_path / "val/Annotations/iSAID_val.json", '{"images": [')

@@ -24,8 +24,9 @@ LON0, LAT0, RES = -115.3, 36.2, 1e-5
 def geotiff(path: Path, width: int, height: int, crs: str | None, transform: Affine | None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     georef = {"crs": crs, "transform": transform} if crs else {}
-    with rasterio.open(path, "w", driver="GTiff", width=width, height=height, count=3, dtype="uint8",
-                       **georef) as dataset:  # fmt: skip
+    with rasterio.open(
+        path, "w", driver="GTiff", width=width, height=height, count=3, dtype="uint8", **georef
+    ) as dataset:
         dataset.write(np.zeros((3, height, width), dtype=np.uint8))
     return path
 
@@ -61,12 +62,16 @@ def test_spacenet_geojson_lonlat_z_values_crossings_multilines_and_bad_features(
     geotiff(
         tmp_path / "AOI_2_Vegas/PS-RGB/SN3_roads_train_AOI_2_Vegas_PS-RGB_img2.tif", 100, 50, "EPSG:4326", transform
     )
-    sn3(tmp_path, 1, [
-        feature("LineString", [lonlat(0, 25), lonlat(50, 25), lonlat(100, 25)]),
-        feature("MultiLineString", [[lonlat(50, 0), lonlat(50, 25)], [lonlat(50, 25), lonlat(40, 50)]]),
-        {"type": "Feature", "properties": {}, "geometry": None},
-        feature("Point", lonlat(1, 1)),
-    ])  # fmt: skip
+    sn3(
+        tmp_path,
+        1,
+        [
+            feature("LineString", [lonlat(0, 25), lonlat(50, 25), lonlat(100, 25)]),
+            feature("MultiLineString", [[lonlat(50, 0), lonlat(50, 25)], [lonlat(50, 25), lonlat(40, 50)]]),
+            {"type": "Feature", "properties": {}, "geometry": None},
+            feature("Point", lonlat(1, 1)),
+        ],
+    )
     sn3(tmp_path, 2, [], crs_member=False)  # a tile without roads
     sn3(tmp_path, 3, [feature("LineString", [lonlat(0, 0), lonlat(1, 1)])])  # image missing
     (tmp_path / "AOI_2_Vegas/geojson_roads/SN3_roads_train_AOI_2_Vegas_geojson_roads_img4.geojson").write_text("{")

@@ -38,15 +38,21 @@ def geochat(tmp_path: Path, entries: list) -> Path:
 
 def test_geochat_refer_boxes_on_the_0_100_grid_with_negative_theta_and_concatenated_boxes(tmp_path):
     image(tmp_path / "images/P0003_0004.png", 200, 100)
-    root = geochat(tmp_path, [{
-        "id": "P0003_0004", "image": "P0003_0004.png",
-        "conversations": [
-            human("<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"),
-            gpt("{<12><40><15><44>|<0>}{<20><40><30><60>|<-90>}"),
-            human("[identify] What is the object present at {<60><10><80><30>|<0>}"),
-            gpt("A white storage tank."),
+    root = geochat(
+        tmp_path,
+        [
+            {
+                "id": "P0003_0004",
+                "image": "P0003_0004.png",
+                "conversations": [
+                    human("<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"),
+                    gpt("{<12><40><15><44>|<0>}{<20><40><30><60>|<-90>}"),
+                    human("[identify] What is the object present at {<60><10><80><30>|<0>}"),
+                    gpt("A white storage tank."),
+                ],
+            }
         ],
-    }])  # fmt: skip
+    )
     (record,), report = read_geochat(root)
     assert report.skipped == {}
     assert record.width == 200 and record.source == "GeoChat-Instruct" and record.record_id == "P0003_0004"
@@ -65,10 +71,19 @@ def test_geochat_refer_boxes_on_the_0_100_grid_with_negative_theta_and_concatena
 
 def test_geochat_rotation_changes_the_box_in_pixel_space(tmp_path):
     image(tmp_path / "images/a.png", 100, 100)
-    root = geochat(tmp_path, [{"id": "a", "image": "a.png", "conversations": [
-        human("[grounding] Describe the image in detail"),
-        gpt("There is <p>a long ship</p> {<40><45><60><55>|<45>} near the pier."),
-    ]}])  # fmt: skip
+    root = geochat(
+        tmp_path,
+        [
+            {
+                "id": "a",
+                "image": "a.png",
+                "conversations": [
+                    human("[grounding] Describe the image in detail"),
+                    gpt("There is <p>a long ship</p> {<40><45><60><55>|<45>} near the pier."),
+                ],
+            }
+        ],
+    )
     (record,), _ = read_geochat(root)
     (ship,) = record.objects
     half = (10 * math.cos(math.pi / 4) + 5 * math.sin(math.pi / 4)) / 100  # rotated 20 x 10 box, half extent
@@ -90,16 +105,27 @@ def test_geochat_rotation_sign_is_geochat_drawing_code(tmp_path, theta):
     """GeoChat draws `{<x1><y1><x2><y2>|<t>}` with `rotate_bbox`: the corners (x1,y1) (x2,y1) (x2,y2) (x1,y2) in
     pixels through `cv2.getRotationMatrix2D(centre, t, 1)` (geochat_demo.py). Same corners here, same order."""
     image(tmp_path / "images/a.png", 200, 100)
-    root = geochat(tmp_path, [{"id": "a", "image": "a.png", "conversations": [
-        human("[refer] give me the location of <p>the long ship</p>"), gpt(f"{{<40><45><60><55>|<{theta}>}}"),
-    ]}])  # fmt: skip
+    root = geochat(
+        tmp_path,
+        [
+            {
+                "id": "a",
+                "image": "a.png",
+                "conversations": [
+                    human("[refer] give me the location of <p>the long ship</p>"),
+                    gpt(f"{{<40><45><60><55>|<{theta}>}}"),
+                ],
+            }
+        ],
+    )
     (record,), _ = read_geochat(root)
     (ship,) = record.objects
     left, top, right, bottom = 80.0, 45.0, 120.0, 55.0  # the 0-100 grid scaled to 200 x 100 px
     m = opencv_rotation_matrix(((left + right) / 2, (top + bottom) / 2), theta)
     corners = [(left, top), (right, top), (right, bottom), (left, bottom)]
-    expected = [((m[0][0] * x + m[0][1] * y + m[0][2]) / 200, (m[1][0] * x + m[1][1] * y + m[1][2]) / 100)
-                for x, y in corners]  # fmt: skip
+    expected = [
+        ((m[0][0] * x + m[0][1] * y + m[0][2]) / 200, (m[1][0] * x + m[1][1] * y + m[1][2]) / 100) for x, y in corners
+    ]
     assert [tuple(p) for p in ship.polygon] == [pytest.approx(p) for p in expected]
     # counter-clockwise on screen for positive theta: the right end of the long box rises (smaller y)
     right_end_y = max(ship.polygon, key=lambda p: p[0])[1]
@@ -108,10 +134,19 @@ def test_geochat_rotation_sign_is_geochat_drawing_code(tmp_path, theta):
 
 def test_geochat_phrase_that_is_a_class_name_becomes_canonical(tmp_path):
     image(tmp_path / "images/a.png")
-    root = geochat(tmp_path, [{"id": "a", "image": "a.png", "conversations": [
-        human("[grounding] Describe the image"),
-        gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
-    ]}])  # fmt: skip
+    root = geochat(
+        tmp_path,
+        [
+            {
+                "id": "a",
+                "image": "a.png",
+                "conversations": [
+                    human("[grounding] Describe the image"),
+                    gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
+                ],
+            }
+        ],
+    )
     (record,), _ = read_geochat(root)
     assert [o.label for o in record.objects] == ["storage tank", "a pier"]
     assert [r.expression for r in record.referring] == ["Storage-Tanks", "a pier"]  # expressions stay as written
@@ -122,19 +157,28 @@ def test_geochat_tasks_bad_boxes_missing_images_and_duplicate_ids(tmp_path):
     image(tmp_path / "flat.png")  # image path relative to the root also works
     vqa = "Is it a rural or an urban area? Answer in one word or a short phrase."
     classify = "Classify the given image in one of the following classes. Classes: farm, forest."
-    root = geochat(tmp_path, [
-        {"id": "b", "image": "b.png", "conversations": [human("<image>\n" + vqa), gpt("Urban")]},
-        {"id": "b", "image": "b.png", "conversations": [human(classify), gpt("forest")]},
-        {"id": "c", "image": "flat.png", "conversations": [human("Where? {<10><10><120><50>|<0>}"), gpt("{<5><5><5><9>}")]},
-        {"id": "d", "image": "missing.png", "conversations": [human("hi"), gpt("hello")]},
-        {"id": "e", "image": "b.png", "conversations": [{"from": "system", "value": "x"}]},
-        {"id": "f", "image": "b.png"},
-        "not an object",
-    ])  # fmt: skip
+    root = geochat(
+        tmp_path,
+        [
+            {"id": "b", "image": "b.png", "conversations": [human("<image>\n" + vqa), gpt("Urban")]},
+            {"id": "b", "image": "b.png", "conversations": [human(classify), gpt("forest")]},
+            {
+                "id": "c",
+                "image": "flat.png",
+                "conversations": [human("Where? {<10><10><120><50>|<0>}"), gpt("{<5><5><5><9>}")],
+            },
+            {"id": "d", "image": "missing.png", "conversations": [human("hi"), gpt("hello")]},
+            {"id": "e", "image": "b.png", "conversations": [{"from": "system", "value": "x"}]},
+            {"id": "f", "image": "b.png"},
+            "not an object",
+        ],
+    )
     records, report = read_geochat(root)
     assert [(r.record_id, r.dialogues[0].task) for r in records] == [
-        ("b", "vqa"), ("b#1", "classification"), ("c", "conversation"),
-    ]  # fmt: skip
+        ("b", "vqa"),
+        ("b#1", "classification"),
+        ("c", "conversation"),
+    ]
     assert records[2].objects == []
     assert report.skipped == {"bad_geometry": 2, "missing_image": 1, "malformed_line": 3}
 
@@ -160,12 +204,12 @@ def test_sarlang_sniffed_headers_splits_vqa_types_and_bad_rows(tmp_path):
         image(tmp_path / "SARimages" / name, 64, 64, mode="L")
     text(
         tmp_path / "Text/caption/Caption-training.csv",
-        '\ufeffImage,Caption\n'
+        "\ufeffImage,Caption\n"
         'France_Alpes-Maritimes_Nice_3.png,"A coastal city, with a harbor and many ships."\n'
-        'SARimages/SV_Darwin_-12.4278_130.8688.png,Dense urban area.\n'
-        'missing.png,Nothing here.\n'
-        'France_Alpes-Maritimes_Nice_3.png,\n',
-    )  # fmt: skip
+        "SARimages/SV_Darwin_-12.4278_130.8688.png,Dense urban area.\n"
+        "missing.png,Nothing here.\n"
+        "France_Alpes-Maritimes_Nice_3.png,\n",
+    )
     text(
         tmp_path / "Text/VQA/SARVQA1_train.csv",
         "image_name,question,answer,question_type\n0009787,How many ships are there?,3,object counting\n",
@@ -191,11 +235,16 @@ def test_sarlang_sniffed_headers_splits_vqa_types_and_bad_rows(tmp_path):
 def test_sarlang_json_and_llama_factory_records(tmp_path):
     image(tmp_path / "SARimages/a.png", 32, 32, mode="L")
     rows = [
-        {"images": ["SARimages/a.png"], "messages": [
-            {"role": "user", "content": "<image>What is in the image?"}, {"role": "assistant", "content": "Ships."}]},
+        {
+            "images": ["SARimages/a.png"],
+            "messages": [
+                {"role": "user", "content": "<image>What is in the image?"},
+                {"role": "assistant", "content": "Ships."},
+            ],
+        },
         {"img_name": "a.png", "question": "Is there a bridge?", "answer": "no"},
         {"img_name": "a.png", "messages": [{"role": "robot", "content": "?"}]},
-    ]  # fmt: skip
+    ]
     text(tmp_path / "Text/VQA/SARVQA2_test.json", json.dumps(rows))
     text(tmp_path / "Text/VQA/SARVQA1_test.jsonl", json.dumps({"image": "a.png", "q": "Sea?", "a": "yes"}) + "\n")
     text(tmp_path / "Text/caption/Caption_test.json", "[{broken")

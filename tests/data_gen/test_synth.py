@@ -39,9 +39,17 @@ def by_id(record) -> str:
 def test_every_dataset_reads_back_with_the_records_synth_placed(synth):
     out, manifest = synth
     assert set(manifest["datasets"]) == {
-        "DOTA", "RiSBench", "OpenEarthMap", "SpaceNet", "CityScale", "RICE", "iSAID", "GeoChat-Instruct",
-        "SARDet-100K", "SARLANG-1M",
-    }  # fmt: skip
+        "DOTA",
+        "RiSBench",
+        "OpenEarthMap",
+        "SpaceNet",
+        "CityScale",
+        "RICE",
+        "iSAID",
+        "GeoChat-Instruct",
+        "SARDet-100K",
+        "SARLANG-1M",
+    }
     for name, entry in manifest["datasets"].items():
         records = read(out, entry)
         assert set(records) == set(entry["records"]), name

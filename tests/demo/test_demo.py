@@ -80,7 +80,9 @@ def test_held_out_subset_keeps_the_planning_set_proportions():
     cases = [json.loads(line) for line in PLANNING_FILE.read_text(encoding="utf-8").splitlines()]
     subset = pipeline.held_out_subset(cases, 100)
     assert len(subset) == 100 and len({c["id"] for c in subset}) == 100
-    assert Counter(c["category"] for c in subset) == {k: v // 5 for k, v in Counter(c["category"] for c in cases).items()}
+    assert Counter(c["category"] for c in subset) == {
+        k: v // 5 for k, v in Counter(c["category"] for c in cases).items()
+    }
     difficulties = Counter(c["difficulty"] for c in subset)
     assert abs(difficulties["easy"] - 40) <= 3 and abs(difficulties["medium"] - 40) <= 3
     assert abs(difficulties["hard"] - 20) <= 3
@@ -89,8 +91,16 @@ def test_held_out_subset_keeps_the_planning_set_proportions():
 
 
 def _case(case_id: str, modality: str, tools: list[str]) -> Case:
-    return Case(id=case_id, query="q", image=None, modality=modality, category="c", difficulty="easy",
-                expected_tools=tools, max_rounds=1)  # fmt: skip
+    return Case(
+        id=case_id,
+        query="q",
+        image=None,
+        modality=modality,
+        category="c",
+        difficulty="easy",
+        expected_tools=tools,
+        max_rounds=1,
+    )
 
 
 def test_routing_counts_the_modality_of_detection_and_grounding_calls():
@@ -103,8 +113,10 @@ def test_routing_counts_the_modality_of_detection_and_grounding_calls():
     calls = {"a": ["sar_detect_all"], "b": ["ground"], "c": ["ground", "sar_ground"], "d": ["detect_all"]}
     rows = [{"case_id": k, "run": {"calls": [{"tool": t} for t in v]}} for k, v in calls.items()]
     assert pipeline.routing(rows, cases) == {
-        "accuracy": pytest.approx(1 / 3), "correct": {"optical": 0, "sar": 1}, "total": {"optical": 1, "sar": 2},
-    }  # fmt: skip
+        "accuracy": pytest.approx(1 / 3),
+        "correct": {"optical": 0, "sar": 1},
+        "total": {"optical": 1, "sar": 2},
+    }
 
 
 def test_the_stage_configs_are_valid_train_configs(tmp_path):
@@ -133,13 +145,19 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
     first = tmp_path / "first"
     report = run_demo(first, settings)
     text = report.read_text(encoding="utf-8")
-    for picture in ("plots/loss.png", "plots/tsa_by_tool.png", "plots/opa_by_difficulty.png", "chats/optical.png",
-                    "chats/sar.png"):  # fmt: skip
+    for picture in (
+        "plots/loss.png",
+        "plots/tsa_by_tool.png",
+        "plots/opa_by_difficulty.png",
+        "chats/optical.png",
+        "chats/sar.png",
+    ):
         assert f"({picture})" in text and (first / picture).stat().st_size > 1000
     result = GeoPilot.from_pretrained(first / "model", device="cpu").chat(
-        str(first / "data/synth/DOTA/train/images/P0000.png"), "How many planes are there?",
+        str(first / "data/synth/DOTA/train/images/P0000.png"),
+        "How many planes are there?",
         generation={"max_new_tokens": 8},
-    )  # fmt: skip
+    )
     assert isinstance(result.answer, str)
     metrics = read_results(Layout(first))["evaluate"]
 
@@ -148,8 +166,12 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
     (work / "runs").mkdir(parents=True)
     (work / "runs" / "demo").symlink_to(first)
     for stage in (1, 2):
-        done = subprocess.run([sys.executable, str(REPO / "train.py"), "--config", str(REPO / f"configs/tiny/stage{stage}.yaml")],
-                              cwd=work, capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, str(REPO / "train.py"), "--config", str(REPO / f"configs/tiny/stage{stage}.yaml")],
+            cwd=work,
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
     assert (work / "runs/tiny/stage2/export/config.json").is_file()
 

@@ -32,45 +32,96 @@ def write_rsvqa(root: Path, benchmark: str = "lr", with_bench_file: bool = True)
         qids = []
         for kind in kinds:
             qid = len(questions)
-            questions.append({"id": qid, "img_id": img_id, "type": kind, "question": f"Q{qid} about {kind}?",
-                              "answers_ids": [qid], "active": active, "date_added": 1584542212.1, "people_id": 0})  # fmt: skip
+            questions.append(
+                {
+                    "id": qid,
+                    "img_id": img_id,
+                    "type": kind,
+                    "question": f"Q{qid} about {kind}?",
+                    "answers_ids": [qid],
+                    "active": active,
+                    "date_added": 1584542212.1,
+                    "people_id": 0,
+                }
+            )
             answers.append({"id": qid, "quesiton_id": qid, "answer": answers_by_kind[kind], "active": active})
             qids.append(qid)
         images.append({"id": img_id, "questions_ids": qids, "active": active, "original_name": f"{img_id}.tif"})
         if active:
             _image(root / folder / f"{img_id}.tif", seed=img_id)
     root.mkdir(parents=True, exist_ok=True)
-    for name, key, value in (("questions", "questions", questions), ("answers", "answers", answers),
-                             ("images", "images", images)):  # fmt: skip
+    for name, key, value in (
+        ("questions", "questions", questions),
+        ("answers", "answers", answers),
+        ("images", "images", images),
+    ):
         (root / f"{prefix}_{split}_{name}.json").write_text(json.dumps({key: value}))
     if with_bench_file:
         lines = [
-            {"question_id": q["id"], "image": f"{q['img_id']}.tif", "category": q["type"],
-             "text": f"{q['question']}\nAnswer the question using a single word or phrase."}
-            for q in questions if q["active"]
-        ]  # fmt: skip
+            {
+                "question_id": q["id"],
+                "image": f"{q['img_id']}.tif",
+                "category": q["type"],
+                "text": f"{q['question']}\nAnswer the question using a single word or phrase.",
+            }
+            for q in questions
+            if q["active"]
+        ]
         (root / bench).write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return root
 
 
 REFERRING_ROWS = [
     # DOTA patch (1024 px), one rotated target, nested 4-point polygon
-    {"question_id": 0, "image_id": "P0003_0004.png", "question": "the small vehicle on the left", "type": "ref",
-     "dataset": "DOTA", "obj_ids": [7], "size_group": "small",
-     "ground_truth": [[[102.4, 409.6], [153.6, 409.6], [153.6, 450.56], [102.4, 450.56]]]},
+    {
+        "question_id": 0,
+        "image_id": "P0003_0004.png",
+        "question": "the small vehicle on the left",
+        "type": "ref",
+        "dataset": "DOTA",
+        "obj_ids": [7],
+        "size_group": "small",
+        "ground_truth": [[[102.4, 409.6], [153.6, 409.6], [153.6, 450.56], [102.4, 450.56]]],
+    },
     # FAIR1M patch (600 px), flat 8-number polygon, not wrapped in a list
-    {"question_id": 1, "image_id": "train_1.png", "question": "the large ship", "type": "ref", "dataset": "FAIR1M",
-     "obj_ids": [3], "size_group": "large", "ground_truth": [60, 60, 300, 60, 300, 240, 60, 240]},
+    {
+        "question_id": 1,
+        "image_id": "train_1.png",
+        "question": "the large ship",
+        "type": "ref",
+        "dataset": "FAIR1M",
+        "obj_ids": [3],
+        "size_group": "large",
+        "ground_truth": [60, 60, 300, 60, 300, 240, 60, 240],
+    },
     # DIOR patch (800 px), two targets, one with a bow-tie corner order (repaired to its hull)
-    {"question_id": 2, "image_id": "00017", "question": "the two tennis courts", "type": "grounding",
-     "dataset": "DIOR", "obj_ids": [1, 2], "size_group": "medium",
-     "ground_truth": [[[80, 80], [240, 80], [240, 240], [80, 240]], [[400, 400], [560, 560], [560, 400], [400, 560]]]},
+    {
+        "question_id": 2,
+        "image_id": "00017",
+        "question": "the two tennis courts",
+        "type": "grounding",
+        "dataset": "DIOR",
+        "obj_ids": [1, 2],
+        "size_group": "medium",
+        "ground_truth": [
+            [[80, 80], [240, 80], [240, 240], [80, 240]],
+            [[400, 400], [560, 560], [560, 400], [400, 560]],
+        ],
+    },
     # degenerate ground truth (all points on a line): skipped and counted
-    {"question_id": 3, "image_id": "00018", "question": "a line", "type": "ref", "dataset": "DIOR", "obj_ids": [1],
-     "size_group": "small", "ground_truth": [[[0, 0], [10, 10], [20, 20], [30, 30]]]},
+    {
+        "question_id": 3,
+        "image_id": "00018",
+        "question": "a line",
+        "type": "ref",
+        "dataset": "DIOR",
+        "obj_ids": [1],
+        "size_group": "small",
+        "ground_truth": [[[0, 0], [10, 10], [20, 20], [30, 30]]],
+    },
     # no ground_truth field: malformed line
     {"question_id": 4, "image_id": "00019", "question": "nothing", "type": "ref"},
-]  # fmt: skip
+]
 
 
 def write_referring(root: Path) -> Path:

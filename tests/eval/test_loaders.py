@@ -67,7 +67,9 @@ def test_referring_box_text_decodes_against_the_source_size():
     (box,) = decode_boxes("{<10><40><15><44>|<0>}", 1024, 1024)
     assert polygon_iou(box, truth) == pytest.approx(1.0)
     # two boxes concatenated as }{, a negative angle inside brackets, and one off the grid (dropped)
-    boxes = decode_boxes("<p>ships</p> {<10><10><20><20>|<-30>}{<50><50><60><70>|<45>}{<90><90><120><95>|<0>}", 800, 800)
+    boxes = decode_boxes(
+        "<p>ships</p> {<10><10><20><20>|<-30>}{<50><50><60><70>|<45>}{<90><90><120><95>|<0>}", 800, 800
+    )
     assert len(boxes) == 2
     cx = sum(x for x, _ in boxes[0]) / 4
     assert cx == pytest.approx(120.0)  # rotation keeps the centre

@@ -52,7 +52,12 @@ def test_bow_tie_is_repaired_and_degenerate_raises():
     bow_tie = [(0, 0), (2, 2), (2, 0), (0, 2)]
     assert not is_simple(bow_tie) and is_simple(SQUARE)
     assert polygon_iou(bow_tie, SQUARE) == pytest.approx(1.0)
-    for bad in ([(0, 0), (1, 1), (2, 2), (3, 3)], [(0, 0), (1, 1)], [(0, 0), (0, 0), (0, 0)], [(0, 0), (1, float("nan")), (1, 1)]):
+    for bad in (
+        [(0, 0), (1, 1), (2, 2), (3, 3)],
+        [(0, 0), (1, 1)],
+        [(0, 0), (0, 0), (0, 0)],
+        [(0, 0), (1, float("nan")), (1, 1)],
+    ):
         with pytest.raises(DegeneratePolygonError):
             convex_polygon(bad)
 

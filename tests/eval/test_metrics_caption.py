@@ -24,8 +24,11 @@ def _coco(references, hypotheses) -> dict:
     gts = {k: [" ".join(r) for r in v] for k, v in references.items()}
     res = {k: [" ".join(h)] for k, h in hypotheses.items()}
     b, _ = Bleu(4).compute_score(gts, res, verbose=0)
-    return {**{f"BLEU-{i + 1}": x for i, x in enumerate(b)}, "ROUGE-L": Rouge().compute_score(gts, res)[0],
-            "CIDEr": Cider().compute_score(gts, res)[0]}  # fmt: skip
+    return {
+        **{f"BLEU-{i + 1}": x for i, x in enumerate(b)},
+        "ROUGE-L": Rouge().compute_score(gts, res)[0],
+        "CIDEr": Cider().compute_score(gts, res)[0],
+    }
 
 
 @pytest.mark.parametrize("tokenizer", ["raw", "ptb"])
@@ -48,8 +51,10 @@ def test_random_corpora_equal_pycocoevalcap():
     pytest.importorskip("pycocoevalcap")
     rng = random.Random(7)
     vocab = "a the ship sar image bright dark harbor two three of in with near port water".split()
-    refs = {str(i): [[rng.choice(vocab) for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 4))]
-            for i in range(40)}  # fmt: skip
+    refs = {
+        str(i): [[rng.choice(vocab) for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 4))]
+        for i in range(40)
+    }
     hyps = {str(i): [rng.choice(vocab) for _ in range(rng.randint(0, 12))] for i in range(40)}
     ours, expected = caption_metrics(refs, hyps), _coco(refs, hyps)
     for key in expected:
@@ -96,7 +101,17 @@ def test_bad_caption_inputs():
 
 
 def test_ptb_rules():
-    assert ptb_tokens("A runway (about 3 km), isn't it?") == ["a", "runway", "-lrb-", "about", "3", "km", "-rrb-",
-                                                                "is", "n't", "it"]  # fmt: skip
+    assert ptb_tokens("A runway (about 3 km), isn't it?") == [
+        "a",
+        "runway",
+        "-lrb-",
+        "about",
+        "3",
+        "km",
+        "-rrb-",
+        "is",
+        "n't",
+        "it",
+    ]
     assert ptb_tokens("The port's 0.5m boats.") == ["the", "port", "'s", "0.5", "m", "boats"]
     assert TOKENIZERS["raw"]("Two  ships. ") == ["Two", "ships."]

@@ -36,19 +36,25 @@ def _params(case, tool: str) -> dict:
 def _render(dialect: str, calls: list[tuple[str, dict]]) -> dict:
     """A chat-completion `message` that makes `calls` in `dialect`."""
     if dialect == "openai_tool_calls":
-        return {"content": None, "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": t, "arguments": json.dumps(p)}}
-            for i, (t, p) in enumerate(calls)]}  # fmt: skip
+        return {
+            "content": None,
+            "tool_calls": [
+                {"id": f"call_{i}", "type": "function", "function": {"name": t, "arguments": json.dumps(p)}}
+                for i, (t, p) in enumerate(calls)
+            ],
+        }
     python = "[" + ", ".join(f"{t}(" + ", ".join(f"{k}={v!r}" for k, v in p.items()) + ")" for t, p in calls) + "]"
     text = {
-        "geopilot_json": json.dumps({"reasoning": "A tool is needed.", "actions": [{"tool": t, "params": p} for t, p in calls],
-                                     "value": None}),
+        "geopilot_json": json.dumps(
+            {"reasoning": "A tool is needed.", "actions": [{"tool": t, "params": p} for t, p in calls], "value": None}
+        ),
         "hermes": "".join(f"<tool_call>{json.dumps({'name': t, 'arguments': p})}</tool_call>" for t, p in calls),
         "python_call": python,
         "tool_code": f"```tool_code\n{python}\n```",
         "llava_plus": '"thoughts🤔" A tool. "actions🚀" '
-        + json.dumps([{"API_name": t, "API_params": p} for t, p in calls]) + ' "value👉" ',
-    }[dialect]  # fmt: skip
+        + json.dumps([{"API_name": t, "API_params": p} for t, p in calls])
+        + ' "value👉" ',
+    }[dialect]
     return {"content": text}
 
 
@@ -64,7 +70,11 @@ def build_script(cases) -> tuple[dict[str, dict], dict[str, dict]]:
         if not case.expected_tools:
             if right:
                 dialect = "text" if i % 2 else "geopilot_json"
-                text = "Farmland with a river." if i % 2 else json.dumps({"reasoning": "r", "actions": [], "value": "Farmland."})
+                text = (
+                    "Farmland with a river."
+                    if i % 2
+                    else json.dumps({"reasoning": "r", "actions": [], "value": "Farmland."})
+                )
                 script[case.query] = {"content": text}
                 implied[case.id] = {"dialect": dialect, "tsa": True}
                 continue
@@ -118,8 +128,10 @@ class ScriptedAgent:
                     message = {"content": ""}
                 else:
                     message = outer.script[query]
-                reply = {"choices": [{"message": {"role": "assistant", **message}}],
-                         "usage": {"prompt_tokens": 100, "completion_tokens": 10}}  # fmt: skip
+                reply = {
+                    "choices": [{"message": {"role": "assistant", **message}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 10},
+                }
                 self._send(200, reply)
 
             def _send(self, status: int, payload: dict):
@@ -158,8 +170,25 @@ def subset(tmp_path: Path, per_category: int, every: int = 1) -> tuple[Path, lis
 
 
 def openai_args(url: str, cases: Path, out: Path, seeds: str = "42,1337", *extra: str) -> list[str]:
-    return ["eval", "planning", "--agent", "openai", "--base-url", url, "--model", "scripted", "--cases", str(cases),
-            "--seeds", seeds, "--out", str(out), "--retries", "1", *extra]  # fmt: skip
+    return [
+        "eval",
+        "planning",
+        "--agent",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "scripted",
+        "--cases",
+        str(cases),
+        "--seeds",
+        seeds,
+        "--out",
+        str(out),
+        "--retries",
+        "1",
+        *extra,
+    ]
 
 
 def read_results(out: Path) -> list[dict]:
@@ -171,8 +200,24 @@ def run_local_agent(tmp_path: Path, agent: str, model_dir: Path, every: int, see
     folder, result rows), one row per case."""
     cases_file, cases = subset(tmp_path, 1, every=every)
     out = tmp_path / agent
-    args = ["eval", "planning", "--agent", agent, "--model", str(model_dir), "--cases", str(cases_file),
-            "--seeds", seed, "--out", str(out), "--max-new-tokens", max_new_tokens, "--device", "cpu"]  # fmt: skip
+    args = [
+        "eval",
+        "planning",
+        "--agent",
+        agent,
+        "--model",
+        str(model_dir),
+        "--cases",
+        str(cases_file),
+        "--seeds",
+        seed,
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        max_new_tokens,
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     rows = read_results(out)
     assert len(rows) == len(cases)
@@ -237,12 +282,25 @@ def test_killed_halfway_and_resumed_without_duplicates(tmp_path):
 
 
 def test_endpoint_faults_are_classified_not_crashes(tmp_path):
-    base = {"image": str(load_cases(PLANNING_FILE).image_path(load_cases(PLANNING_FILE).cases[0])), "modality": "optical",
-            "category": "object_detection", "difficulty": "easy", "expected_tools": ["detect_objects"], "max_rounds": 1}  # fmt: skip
-    queries = {"FAIL500 count planes": None, "SLOW count planes": None, "EMPTY count planes": None,
-               "UNKNOWN count planes": {"content": json.dumps({"reasoning": "r", "value": None,
-                                                               "actions": [{"tool": "detect_planes", "params": {}}]})},
-               "BADPARAMS count planes": {"content": "detect_objects(categories=[], colour='red')"}}  # fmt: skip
+    base = {
+        "image": str(load_cases(PLANNING_FILE).image_path(load_cases(PLANNING_FILE).cases[0])),
+        "modality": "optical",
+        "category": "object_detection",
+        "difficulty": "easy",
+        "expected_tools": ["detect_objects"],
+        "max_rounds": 1,
+    }
+    queries = {
+        "FAIL500 count planes": None,
+        "SLOW count planes": None,
+        "EMPTY count planes": None,
+        "UNKNOWN count planes": {
+            "content": json.dumps(
+                {"reasoning": "r", "value": None, "actions": [{"tool": "detect_planes", "params": {}}]}
+            )
+        },
+        "BADPARAMS count planes": {"content": "detect_objects(categories=[], colour='red')"},
+    }
     path = tmp_path / "faults.jsonl"
     path.write_text("".join(json.dumps({"id": q.split()[0], "query": q, **base}) + "\n" for q in queries))
     with ScriptedAgent({q: m for q, m in queries.items() if m}) as server:
@@ -263,8 +321,14 @@ def test_bad_cli_input_exits_2(tmp_path, capsys):
     cases_file, _ = subset(tmp_path, 1)
     assert main(openai_args("localhost:1", cases_file, tmp_path / "r")) == 2
     assert main(openai_args("http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "4,x")) == 2
-    assert main(openai_args("http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "1", "--api-key-env", "NOPE_UNSET_VAR")) == 2
-    assert main(["eval", "planning", "--agent", "geopilot", "--model", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
+    assert (
+        main(openai_args("http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "1", "--api-key-env", "NOPE_UNSET_VAR"))
+        == 2
+    )
+    assert (
+        main(["eval", "planning", "--agent", "geopilot", "--model", str(tmp_path / "none"), "--out", str(tmp_path)])
+        == 2
+    )
     assert main(["eval", "planning", "--agent", "nope", "--model", "m", "--out", str(tmp_path)]) == 2
     assert main(["eval", "nope"]) == 2
     assert main(["eval", "leaderboard", str(tmp_path / "missing")]) == 2
@@ -283,8 +347,9 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
 
 
 def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsys):
-    cases_file, cases, out, rows = run_local_agent(tmp_path, "geopilot", tiny_model_dir, every=3, seed="42",
-                                                   max_new_tokens="6")  # fmt: skip
+    cases_file, cases, out, rows = run_local_agent(
+        tmp_path, "geopilot", tiny_model_dir, every=3, seed="42", max_new_tokens="6"
+    )
     assert all(r["score"]["category"] != "infra_error" for r in rows)
     assert all(r["run"]["dialect"] in ("unparsable", "geopilot_json", "llava_plus") for r in rows)  # recorded per row
     assert all(r["run"]["tokens_out"] > 0 for r in rows)
@@ -311,13 +376,39 @@ def test_full_planning_set_scripted_and_tiny_model(tmp_path, tiny_model_dir):
     planning = load_cases(PLANNING_FILE)
     script, implied = build_script(planning.cases)
     with ScriptedAgent(script) as server:
-        args = ["eval", "planning", "--agent", "openai", "--base-url", server.url, "--model", "scripted",
-                "--seeds", "42,1337,2024", "--out", str(tmp_path / "scripted")]  # fmt: skip
+        args = [
+            "eval",
+            "planning",
+            "--agent",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            "scripted",
+            "--seeds",
+            "42,1337,2024",
+            "--out",
+            str(tmp_path / "scripted"),
+        ]
         assert main(args) == 0
     summary = check_run(tmp_path / "scripted", planning.cases, implied, [42, 1337, 2024])
     assert summary["n_cases"] == 500 and summary["by_category"]["object_detection"]["n"] == 80
-    args = ["eval", "planning", "--agent", "geopilot", "--model", str(tiny_model_dir), "--seeds", "42",
-            "--out", str(tmp_path / "tiny"), "--max-new-tokens", "8", "--device", "cpu"]  # fmt: skip
+    args = [
+        "eval",
+        "planning",
+        "--agent",
+        "geopilot",
+        "--model",
+        str(tiny_model_dir),
+        "--seeds",
+        "42",
+        "--out",
+        str(tmp_path / "tiny"),
+        "--max-new-tokens",
+        "8",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     assert len(read_results(tmp_path / "tiny")) == 500
 
@@ -348,13 +439,23 @@ def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir):
 
     planning = load_cases(PLANNING_FILE)
     case = planning.cases[0]
-    plan = json.dumps({"reasoning": "r", "actions": [{"tool": "detect_objects", "params": _params(case, "detect_objects")}],
-                       "value": None})  # fmt: skip
+    plan = json.dumps(
+        {
+            "reasoning": "r",
+            "actions": [{"tool": "detect_objects", "params": _params(case, "detect_objects")}],
+            "value": None,
+        }
+    )
     answer = json.dumps({"reasoning": "r", "actions": [], "value": "None found."})
     registry, _ = build_tool_layer()
-    pilot = GeoPilot.from_pretrained(tiny_model_dir, tools=registry, device="cpu",
-                                     session_factory=lambda prompts, pixels, options: _ScriptedSession(
-                                         pilot.tokenizer, ["not a plan", plan, answer]))  # fmt: skip
+    pilot = GeoPilot.from_pretrained(
+        tiny_model_dir,
+        tools=registry,
+        device="cpu",
+        session_factory=lambda prompts, pixels, options: _ScriptedSession(
+            pilot.tokenizer, ["not a plan", plan, answer]
+        ),
+    )
     agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 8}, pilot=pilot)
     run = agent.run(case, planning.image_path(case), seed=42)
     assert run.dialect == "geopilot_json" and run.answer == "None found." and run.rounds == 1

@@ -10,10 +10,19 @@ from geopilot.eval.text_checks import extract_numbers, forbidden_present, keywor
 
 
 def case(**overrides) -> Case:
-    base = {"id": "c1", "query": "How many planes?", "image": "x.png", "modality": "optical", "category": "od",
-            "difficulty": "easy", "expected_tools": ["detect_objects"],
-            "param_checks": [{"tool": "detect_objects", "field": "categories", "op": "any_of",
-                              "value": ["plane", "aircraft"]}], "max_rounds": 1}  # fmt: skip
+    base = {
+        "id": "c1",
+        "query": "How many planes?",
+        "image": "x.png",
+        "modality": "optical",
+        "category": "od",
+        "difficulty": "easy",
+        "expected_tools": ["detect_objects"],
+        "param_checks": [
+            {"tool": "detect_objects", "field": "categories", "op": "any_of", "value": ["plane", "aircraft"]}
+        ],
+        "max_rounds": 1,
+    }
     return Case.model_validate({**base, **overrides})
 
 
@@ -23,8 +32,13 @@ def call(tool="detect_objects", params=None, error_kind=None, round_=1) -> CallR
 
 
 def run(*calls, dialect="geopilot_json", answer="There are 3 planes.", rounds=None, **kw) -> AgentRun:
-    return AgentRun(dialect=dialect, calls=list(calls), answer=answer,
-                    rounds=rounds if rounds is not None else (1 if calls else 0), **kw)  # fmt: skip
+    return AgentRun(
+        dialect=dialect,
+        calls=list(calls),
+        answer=answer,
+        rounds=rounds if rounds is not None else (1 if calls else 0),
+        **kw,
+    )
 
 
 def flags(result):
@@ -109,15 +123,17 @@ def test_param_mismatch():
         ({"op": "nonempty"}, {"categories": ["x"]}, True),
         ({"op": "nonempty"}, {}, False),
     ],
-)  # fmt: skip
+)
 def test_param_check_ops(check, params, holds):
     c = case(param_checks=[{"tool": "detect_objects", "field": "categories", **check}])
     assert score(c, run(call(params=params))).passed is holds
 
 
 def test_contains_on_text_is_whole_words():
-    c = case(expected_tools=["ground"], param_checks=[{"tool": "ground", "field": "expression", "op": "contains",
-                                                        "value": "ship"}])  # fmt: skip
+    c = case(
+        expected_tools=["ground"],
+        param_checks=[{"tool": "ground", "field": "expression", "op": "contains", "value": "ship"}],
+    )
     assert score(c, run(call("ground", {"expression": "the white Ships near the dock"}))).passed
     assert not score(c, run(call("ground", {"expression": "the shipyard crane"}))).passed
 
@@ -137,8 +153,12 @@ def test_keywords_synonym_groups_and_forbidden_scope():
 
 
 def test_numbers_with_tolerance_near_their_label():
-    c = case(ground_truth=[{"label": "water", "value": 12.5, "tolerance": 0.5},
-                           {"label": "tree", "value": 40, "tolerance": 1}])  # fmt: skip
+    c = case(
+        ground_truth=[
+            {"label": "water", "value": 12.5, "tolerance": 0.5},
+            {"label": "tree", "value": 40, "tolerance": 1},
+        ]
+    )
     assert score(c, run(call(), answer="Water covers 12,8 % and trees about 40 percent.")).passed
     swapped = score(c, run(call(), answer="Water covers 40 % and trees 12.5 %."))
     assert swapped.category == "numeric_mismatch" and len([x for x in swapped.checks if not x.passed]) == 2
@@ -154,7 +174,12 @@ def test_precedence_lists_every_category_once():
 
 
 def test_text_helpers():
-    assert [n.value for n in extract_numbers("1,500 ships, 12,5 % water, -3 m, v1.5 and 0.25")] == [1500, 12.5, -3, 0.25]
+    assert [n.value for n in extract_numbers("1,500 ships, 12,5 % water, -3 m, v1.5 and 0.25")] == [
+        1500,
+        12.5,
+        -3,
+        0.25,
+    ]
     assert [n.unit for n in extract_numbers("12 % and 3 km and 4 percent")] == ["%", "km", "percent"]
     assert numbers_by_label("Forest: 30 %, water: 10 %.", ["water", "forest"]) == {"water": [10.0], "forest": [30.0]}
     assert numbers_by_label("About 7.", ["planes"]) == {"planes": [7.0]}  # one label, not repeated

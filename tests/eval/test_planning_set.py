@@ -32,10 +32,16 @@ def test_frozen_set_has_the_paper_proportions(planning):
     cases = planning.cases
     assert len(cases) == 500
     assert Counter(c.category for c in cases) == {
-        "object_detection": 80, "panoptic_detection": 50, "referring_detection": 70, "semantic_segmentation": 50,
-        "instance_segmentation": 50, "referring_segmentation": 40, "road_extraction": 30, "cloud_removal": 30,
+        "object_detection": 80,
+        "panoptic_detection": 50,
+        "referring_detection": 70,
+        "semantic_segmentation": 50,
+        "instance_segmentation": 50,
+        "referring_segmentation": 40,
+        "road_extraction": 30,
+        "cloud_removal": 30,
         "no_tool": 100,
-    }  # fmt: skip
+    }
     assert Counter(c.difficulty for c in cases) == {"easy": 200, "medium": 200, "hard": 100}
     for category in ("object_detection", "no_tool"):
         per = Counter(c.difficulty for c in cases if c.category == category)
@@ -44,8 +50,11 @@ def test_frozen_set_has_the_paper_proportions(planning):
     sar = [c for c in cases if c.modality == "sar"]
     assert {c.category for c in sar} == {"panoptic_detection", "referring_detection", "no_tool"}
     assert all(c.expected_tools in ([], ["sar_detect_all"], ["sar_ground"]) for c in sar)
-    assert all(c.param_checks for c in cases if c.category in ("object_detection", "referring_detection",
-                                                                "semantic_segmentation"))  # fmt: skip
+    assert all(
+        c.param_checks
+        for c in cases
+        if c.category in ("object_detection", "referring_detection", "semantic_segmentation")
+    )
     assert len({c.query for c in cases}) == 500
     assert all(planning.image_path(c).is_file() for c in cases)
 
@@ -79,7 +88,9 @@ def test_planning_images_are_deterministic(tmp_path):
 def test_build_planning_bad_images_folder(tmp_path, capsys):
     assert main(["eval", "build-planning", "--images", str(tmp_path / "nope"), "--out", str(tmp_path / "x.jsonl")]) == 2
     (tmp_path / "empty" / "optical").mkdir(parents=True)
-    assert main(["eval", "build-planning", "--images", str(tmp_path / "empty"), "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert (
+        main(["eval", "build-planning", "--images", str(tmp_path / "empty"), "--out", str(tmp_path / "x.jsonl")]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no images in optical/" in err[1]
 
@@ -100,6 +111,7 @@ def test_templates_are_disjoint_from_the_training_templates(planning, capsys):
     stripped = [c.query[len(o) :] for c in planning.cases for o in OPENERS if o and c.query.startswith(o)]
     shared += [q for q in stripped for p in patterns if p.fullmatch(q)]
     assert shared == []  # no planning query is an instance of a training template
+
     # the query grammar (data_gen/wording.py) writes most training requests: none of its frames is a planning template
     def normal(text: str) -> str:
         return " ".join(re.sub(r"[?.,;!]", " ", re.sub(r"\{\w+\}", " X ", text.lower())).split())
@@ -112,13 +124,23 @@ def test_templates_are_disjoint_from_the_training_templates(planning, capsys):
     our_grams = set().union(*(_ngrams(t) for t in ours))
     overlap = len(our_grams & train_grams) / len(our_grams)
     with capsys.disabled():
-        print(f"\nplanning vs training templates: 4-gram overlap {overlap:.1%} "
-              f"({len(our_grams & train_grams)} of {len(our_grams)}): {sorted(our_grams & train_grams)[:8]}")  # fmt: skip
+        print(
+            f"\nplanning vs training templates: 4-gram overlap {overlap:.1%} "
+            f"({len(our_grams & train_grams)} of {len(our_grams)}): {sorted(our_grams & train_grams)[:8]}"
+        )
     assert overlap < 0.10
 
 
-GOOD = {"id": "k1", "query": "How many ships?", "image": None, "modality": "optical", "category": "od",
-        "difficulty": "easy", "expected_tools": ["detect_objects"], "max_rounds": 1}  # fmt: skip
+GOOD = {
+    "id": "k1",
+    "query": "How many ships?",
+    "image": None,
+    "modality": "optical",
+    "category": "od",
+    "difficulty": "easy",
+    "expected_tools": ["detect_objects"],
+    "max_rounds": 1,
+}
 
 
 @pytest.mark.parametrize(
@@ -130,15 +152,25 @@ GOOD = {"id": "k1", "query": "How many ships?", "image": None, "modality": "opti
         ([{**GOOD, "difficulty": "extreme"}], "case 'k1': difficulty: "),
         ([{**GOOD, "surprise": 1}], "case 'k1': surprise: unknown key"),
         ([GOOD, GOOD], "line 2, case 'k1': duplicate id (first on line 1)"),
-        ([{**GOOD, "param_checks": [{"tool": "detect_objects", "field": "categories", "op": "any_of", "value": "x"}]}],
-         "any_of"),
-        ([{**GOOD, "param_checks": [{"tool": "ground", "field": "expression", "op": "nonempty"}]}], "not in expected_tools"),
+        (
+            [
+                {
+                    **GOOD,
+                    "param_checks": [{"tool": "detect_objects", "field": "categories", "op": "any_of", "value": "x"}],
+                }
+            ],
+            "any_of",
+        ),
+        (
+            [{**GOOD, "param_checks": [{"tool": "ground", "field": "expression", "op": "nonempty"}]}],
+            "not in expected_tools",
+        ),
         ([{**GOOD, "image": "missing.png"}], "case 'k1': image"),
         (["not json"], "line 1: not JSON"),
         ([[1, 2]], "line 1: expected a JSON object"),
         ([], "holds no cases"),
     ],
-)  # fmt: skip
+)
 def test_bad_case_files_are_rejected_with_the_case_id(tmp_path, lines, message):
     path = tmp_path / "cases.jsonl"
     path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))

@@ -55,9 +55,14 @@ def test_paired_difference_ci():
 
 
 def row(case_id, seed, category, difficulty, tsa, pa, nta, opa, passed=True):
-    return {"case_id": case_id, "seed": seed, "category": category, "difficulty": difficulty,
-            "score": {"tsa": tsa, "pa": pa, "nta": nta, "opa": opa, "passed": passed, "category": None},
-            "run": {"latency_s": 0.1, "cost_usd": None, "tokens_in": 1, "tokens_out": 1, "dialect": "text"}}  # fmt: skip
+    return {
+        "case_id": case_id,
+        "seed": seed,
+        "category": category,
+        "difficulty": difficulty,
+        "score": {"tsa": tsa, "pa": pa, "nta": nta, "opa": opa, "passed": passed, "category": None},
+        "run": {"latency_s": 0.1, "cost_usd": None, "tokens_in": 1, "tokens_out": 1, "dialect": "text"},
+    }
 
 
 def test_metrics_by_hand():

@@ -32,8 +32,24 @@ def bench(tmp_path_factory):
 
 
 def _eval(task, model, data, out, *extra):
-    argv = ["eval", task, "--model", str(model), "--data", str(data), "--out", str(out), "--batch-size", "3",
-            "--max-new-tokens", "6", "--device", "cpu", "--json", *extra]  # fmt: skip
+    argv = [
+        "eval",
+        task,
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--batch-size",
+        "3",
+        "--max-new-tokens",
+        "6",
+        "--device",
+        "cpu",
+        "--json",
+        *extra,
+    ]
     return main(argv)
 
 
@@ -55,8 +71,11 @@ def test_predictions_resume_and_are_scored(bench, tiny_model_dir, tmp_path, caps
     """Pre-written predictions (a killed run) are kept, only the rest is generated, and scoring uses them."""
     out = tmp_path / "lr"
     out.mkdir()
-    done = [{"id": "0", "answer": "Yes.", "tool_calls": []}, {"id": "1", "answer": "no", "tool_calls": []},
-            {"id": "2", "answer": "urban", "tool_calls": []}]  # fmt: skip
+    done = [
+        {"id": "0", "answer": "Yes.", "tool_calls": []},
+        {"id": "1", "answer": "no", "tool_calls": []},
+        {"id": "2", "answer": "urban", "tool_calls": []},
+    ]
     (out / "predictions.jsonl").write_text("".join(json.dumps(d) + "\n" for d in done) + '{"id": "3", "ans')
     assert _eval("rsvqa-lr", tiny_model_dir, bench["rsvqa-lr"], out) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -74,10 +93,17 @@ def _jsonl(path, rows):
 
 
 def test_captions_from_files_json_keys_missing_and_empty(tmp_path, capsys):
-    ref = _jsonl(tmp_path / "ref.jsonl", [{"id": "a", "references": ["two ships near the port", "ships in port"]},
-                                          {"id": "b", "references": ["a bridge over a river"]},
-                                          {"id": "c", "references": ["dense urban area"]}])  # fmt: skip
-    pred = _jsonl(tmp_path / "pred.jsonl", [{"id": "a", "caption": "two ships near the port"}, {"id": "b", "caption": ""}])
+    ref = _jsonl(
+        tmp_path / "ref.jsonl",
+        [
+            {"id": "a", "references": ["two ships near the port", "ships in port"]},
+            {"id": "b", "references": ["a bridge over a river"]},
+            {"id": "c", "references": ["dense urban area"]},
+        ],
+    )
+    pred = _jsonl(
+        tmp_path / "pred.jsonl", [{"id": "a", "caption": "two ships near the port"}, {"id": "b", "caption": ""}]
+    )
     assert main(["eval", "captions", "--pred", pred, "--ref", ref, "--json"]) == 0
     captured = capsys.readouterr()
     metrics = json.loads(captured.out)
@@ -89,8 +115,16 @@ def test_captions_from_files_json_keys_missing_and_empty(tmp_path, capsys):
 @pytest.mark.parametrize(
     "pred_rows, ref_rows, message",
     [
-        ([{"id": "a", "caption": "x"}, {"id": "a", "caption": "y"}], [{"id": "a", "references": ["x"]}], "duplicate id"),
-        ([{"id": "a", "caption": "x"}], [{"id": "a", "references": ["x"]}, {"id": "a", "references": ["y"]}], "duplicate"),
+        (
+            [{"id": "a", "caption": "x"}, {"id": "a", "caption": "y"}],
+            [{"id": "a", "references": ["x"]}],
+            "duplicate id",
+        ),
+        (
+            [{"id": "a", "caption": "x"}],
+            [{"id": "a", "references": ["x"]}, {"id": "a", "references": ["y"]}],
+            "duplicate",
+        ),
         ([{"id": "a", "caption": "x"}], [{"id": "a", "references": [""]}], "non-empty"),
         ([{"id": "a", "caption": None}], [{"id": "a", "references": ["x"]}], "'caption'"),
     ],
@@ -138,8 +172,9 @@ class HalfSegmenter:
             mask = np.zeros(self.shape, dtype=np.uint8, order="F")
             mask[:, k * self.shape[1] // 2 : (k + 1) * self.shape[1] // 2] = 1
             rle = mask_utils.encode(np.asfortranarray(mask))
-            segments.append(SegmentClass(label=label, area=0.5, mask={"size": list(rle["size"]),
-                                                                        "counts": rle["counts"].decode()}))  # fmt: skip
+            segments.append(
+                SegmentClass(label=label, area=0.5, mask={"size": list(rle["size"]), "counts": rle["counts"].decode()})
+            )
         return ToolOutput(segments=segments)
 
 
@@ -171,8 +206,9 @@ def test_tools_e2e_standalone_vs_geopilot_with_the_gap(tiny_model_dir, tmp_path)
     pilot = GeoPilot.from_pretrained(tiny_model_dir, tools=registry, device="cpu")
     seg, ref = _openearthmap(tmp_path / "oem"), write_referring(tmp_path / "ref")
     out = tmp_path / "e2e"
-    result = run_tools_e2e(pilot, out, segmentation=seg, referring=ref, registry=registry, batch_size=3,
-                           generation={"max_new_tokens": 6})  # fmt: skip
+    result = run_tools_e2e(
+        pilot, out, segmentation=seg, referring=ref, registry=registry, batch_size=3, generation={"max_new_tokens": 6}
+    )
     seg_row, ref_row = result["rows"]
     # standalone asks for classes in code order: bare land paints the left half, rangeland the right: no overlap
     # with water (6) / tree (5) -> IoU 0 for every present class

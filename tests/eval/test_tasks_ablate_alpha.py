@@ -20,13 +20,30 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_ablate_alpha_tiny_writes_table_and_plot(tmp_path, capsys):
     data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "geopilot.training.demo_data", "--out", str(data), "--optical", "8",
-                    "--sar", "8"], check=True)  # fmt: skip
-    common = [f"data.files=[{data / 'train.jsonl'}]", "optim.max_steps=1", "optim.global_batch_size=4",
-              "optim.per_device_batch_size=4", "logging.tensorboard=false", "logging.progress_bar=false"]  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "geopilot.training.demo_data", "--out", str(data), "--optical", "8", "--sar", "8"],
+        check=True,
+    )
+    common = [
+        f"data.files=[{data / 'train.jsonl'}]",
+        "optim.max_steps=1",
+        "optim.global_batch_size=4",
+        "optim.per_device_batch_size=4",
+        "logging.tensorboard=false",
+        "logging.progress_bar=false",
+    ]
     stage1 = tmp_path / "s1"
-    subprocess.run([sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs/tiny/stage1.yaml"),
-                    f"output_dir={stage1}", *common], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--config",
+            str(REPO / "configs/tiny/stage1.yaml"),
+            f"output_dir={stage1}",
+            *common,
+        ],
+        check=True,
+    )
     config = {
         "stage1": str(stage1 / "export"),
         "stage2_config": str(REPO / "configs/tiny/stage2.yaml"),

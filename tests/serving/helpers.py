@@ -55,7 +55,9 @@ class SlowTool:
 
 
 def plan(tool: str, params: dict) -> str:
-    return assistant_json(AssistantMessage(reasoning="Counting needs the detector.", actions=[Action(tool=tool, params=params)]))
+    return assistant_json(
+        AssistantMessage(reasoning="Counting needs the detector.", actions=[Action(tool=tool, params=params)])
+    )
 
 
 def answer(value: str) -> str:
@@ -133,7 +135,9 @@ def image_message(question: str, url: str | None = None) -> list[dict]:
     return [
         {
             "role": "user",
-            "content": [{"type": "image_url", "image_url": {"url": url or data_url(png_bytes())}},
-                        {"type": "text", "text": question}],
+            "content": [
+                {"type": "image_url", "image_url": {"url": url or data_url(png_bytes())}},
+                {"type": "text", "text": question},
+            ],
         }
     ]

@@ -49,8 +49,11 @@ def test_openai_client_gets_the_answer_and_the_tool_trace(server):
     assert reply.choices[0].message.content == "There are 2 planes."
     trace = reply.model_extra["geopilot"]
     assert trace["tool_calls"] == [
-        {"id": "call_0", "type": "function",
-         "function": {"name": "detect_objects", "arguments": json.dumps({"categories": ["plane"]})}}
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "detect_objects", "arguments": json.dumps({"categories": ["plane"]})},
+        }
     ]
     result = trace["result"]
     assert result["outcome"] == "tools" and [t["kind"] for t in result["turns"]] == ["think", "answer"]
@@ -130,8 +133,15 @@ def test_fifty_megabytes_of_base64_is_refused(server):
 
 
 @pytest.mark.parametrize(
-    "image_url", ["http://127.0.0.1:8000/x.png", "http://169.254.169.254/latest/meta-data/", "http://10.0.0.1/a.png",
-                  "http://[::1]/a.png", "http://localhost/a.png", "file:///etc/passwd"]
+    "image_url",
+    [
+        "http://127.0.0.1:8000/x.png",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/a.png",
+        "http://[::1]/a.png",
+        "http://localhost/a.png",
+        "file:///etc/passwd",
+    ],
 )
 def test_internal_urls_are_refused(server, image_url):
     url, _ = server()
@@ -163,7 +173,10 @@ def test_url_allowed_only_when_listed_even_if_on_the_allowlist_by_name(server):
         assert _post(by_name, {"model": MODEL, "messages": image_message("hi", named)}).status_code == 400
         listed, _ = server(allowed_url_hosts=["127.0.0.1"])
         assert _post(listed, {"model": MODEL, "messages": image_message("what?", where)}).status_code == 200
-        assert _post(listed, {"model": MODEL, "messages": image_message("hi", "http://169.254.169.254/")}).status_code == 400
+        assert (
+            _post(listed, {"model": MODEL, "messages": image_message("hi", "http://169.254.169.254/")}).status_code
+            == 400
+        )
     finally:
         images.shutdown()
 
@@ -173,7 +186,10 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(server):
     ok = {"model": MODEL, "messages": image_message("what is this?")}
     cases = {
         "malformed json": (_post(url, raw=b'{"model": "x", "messages": [}'), 400),
-        "non-image data url": (_post(url, {"model": MODEL, "messages": image_message("hi", data_url(b"hello", "text/plain"))}), 400),
+        "non-image data url": (
+            _post(url, {"model": MODEL, "messages": image_message("hi", data_url(b"hello", "text/plain"))}),
+            400,
+        ),
         "not base64": (_post(url, {"model": MODEL, "messages": image_message("hi", "data:image/png;base64,@@@")}), 400),
         "not an image": (_post(url, {"model": MODEL, "messages": image_message("hi", data_url(b"GIF89a nope"))}), 400),
         "unknown model": (_post(url, {**ok, "model": "gpt-9"}), 404),

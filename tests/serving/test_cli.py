@@ -17,8 +17,17 @@ _SPEC.loader.exec_module(serve)
 def test_help_lists_the_issue_flags(capsys):
     assert main(["serve", "--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--model", "--host", "--port", "--api-key", "--tools", "--max-batch", "--batch-wait-ms",
-                 "--controller", "--engine-url"):
+    for flag in (
+        "--model",
+        "--host",
+        "--port",
+        "--api-key",
+        "--tools",
+        "--max-batch",
+        "--batch-wait-ms",
+        "--controller",
+        "--engine-url",
+    ):
         assert flag in out
 
 

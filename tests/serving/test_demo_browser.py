@@ -48,8 +48,10 @@ def test_demo_upload_ask_and_see_the_drawn_result(scripted_pilot, tmp_path):
             driver.find_element(By.ID, "question").send_keys("TOOL: how many planes are there?")
             driver.find_element(By.ID, "send").click()
             WebDriverWait(driver, 60).until(
-                lambda d: d.find_element(By.ID, "status").get_attribute("data-done")
-                or "error" in d.find_element(By.ID, "status").get_attribute("class")
+                lambda d: (
+                    d.find_element(By.ID, "status").get_attribute("data-done")
+                    or "error" in d.find_element(By.ID, "status").get_attribute("class")
+                )
             )
             assert driver.find_element(By.ID, "status").get_attribute("class") != "error"
             assert driver.find_element(By.ID, "answer").text == "There are 2 planes."

@@ -35,7 +35,9 @@ from serving.helpers import Detector, serving
 
 INVALID = assistant_json(AssistantMessage(reasoning="Count them.", actions=[Action(tool="count_planes", params={})]))
 VALID = assistant_json(
-    AssistantMessage(reasoning="Detect them.", actions=[Action(tool="detect_objects", params={"categories": ["plane"]})])
+    AssistantMessage(
+        reasoning="Detect them.", actions=[Action(tool="detect_objects", params={"categories": ["plane"]})]
+    )
 )
 
 
@@ -78,16 +80,25 @@ def engine_app(model, processor) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def complete(request: Request):
         body = await request.json()
-        urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m["content"], list)
-                for p in m["content"] if p["type"] == "image_url"]
+        urls = [
+            p["image_url"]["url"]
+            for m in body["messages"]
+            if isinstance(m["content"], list)
+            for p in m["content"]
+            if p["type"] == "image_url"
+        ]
         image = Image.open(io.BytesIO(base64.b64decode(urls[0].split(",", 1)[1]))).convert("RGB")
         text = tok.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
         inputs = processor(images=[image], text=text, return_tensors="pt", add_special_tokens=False)
         inputs["pixel_values"] = pixel_values(processor, [image])
         script = SCRIPT[sum(m["role"] == "assistant" for m in body["messages"])]
         with torch.inference_mode():
-            out = model.generate(**inputs, max_new_tokens=body["max_tokens"], do_sample=False,
-                                 logits_processor=LogitsProcessorList([Forced(tok, script)]))
+            out = model.generate(
+                **inputs,
+                max_new_tokens=body["max_tokens"],
+                do_sample=False,
+                logits_processor=LogitsProcessorList([Forced(tok, script)]),
+            )
         generated = out[0, inputs["input_ids"].shape[1] :].tolist()
         finished = tok.eos_token_id in generated
         ids = generated[: generated.index(tok.eos_token_id)] if finished else generated
@@ -95,8 +106,10 @@ def engine_app(model, processor) -> FastAPI:
         usage = {"prompt_tokens": inputs["input_ids"].shape[1], "completion_tokens": len(ids)}
         if body.get("stream"):  # SSE: the text in two pieces, then the finish reason and the usage
             half = len(content) // 2
-            events = [{"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-                      for piece in (content[:half], content[half:])]
+            events = [
+                {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                for piece in (content[:half], content[half:])
+            ]
             events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage})
             lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
             return StreamingResponse(iter(lines), media_type="text/event-stream")
@@ -114,14 +127,20 @@ def test_endpoint_answers_equal_the_in_process_ones(tiny, seed):
     registry = ToolRegistry([Detector()])
     image = np.random.default_rng(seed).integers(0, 255, (48, 64, 3), dtype=np.uint8)
     generation = {"max_new_tokens": 64}
-    local = GeoPilot(model, processor, registry, session_factory=lambda prompts, pixels, options: ForcedSession(
-        model, processor.tokenizer, prompts, pixels, options)).chat(image, "How many planes are there?",
-                                                                     generation=generation)
+    local = GeoPilot(
+        model,
+        processor,
+        registry,
+        session_factory=lambda prompts, pixels, options: ForcedSession(
+            model, processor.tokenizer, prompts, pixels, options
+        ),
+    ).chat(image, "How many planes are there?", generation=generation)
     with serving(engine_app(model, processor)) as url:
         remote_pilot = GeoPilot.from_endpoint(url + "/v1", "tiny", tools=registry)
         remote = remote_pilot.chat(image, "How many planes are there?", generation=generation)
-        [batched] = remote_pilot.chat_batch([{"image": image, "query": "How many planes are there?"}],
-                                            generation=generation)
+        [batched] = remote_pilot.chat_batch(
+            [{"image": image, "query": "How many planes are there?"}], generation=generation
+        )
         pieces = []
         streamed = remote_pilot.chat(image, "How many planes are there?", generation=generation, stream=pieces.append)
     assert [t.kind for t in local.turns] == ["think", "repair", "answer"] and local.repaired

@@ -53,20 +53,50 @@ def fastchat_stack(tiny_model_dir, tmp_path_factory):
     controller_url = f"http://127.0.0.1:{controller}"
     commands = [
         [sys.executable, "-m", "fastchat.serve.controller", "--host", "127.0.0.1", "--port", str(controller)],
-        [sys.executable, str(ROOT / "serve.py"), "--model", str(tiny_model_dir), "--controller", controller_url,
-         "--port", str(worker), "--max-new-tokens", "64", "--device", "cpu"],
-        [sys.executable, "-m", "fastchat.serve.openai_api_server", "--host", "127.0.0.1", "--port", str(api),
-         "--controller-address", controller_url, "--api-keys", KEY],
+        [
+            sys.executable,
+            str(ROOT / "serve.py"),
+            "--model",
+            str(tiny_model_dir),
+            "--controller",
+            controller_url,
+            "--port",
+            str(worker),
+            "--max-new-tokens",
+            "64",
+            "--device",
+            "cpu",
+        ],
+        [
+            sys.executable,
+            "-m",
+            "fastchat.serve.openai_api_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(api),
+            "--controller-address",
+            controller_url,
+            "--api-keys",
+            KEY,
+        ],
     ]
     processes = []
     try:
         for command in commands:
             log = open(logs / f"{Path(command[1]).name}-{len(processes)}.log", "w")  # noqa: SIM115
             processes.append(subprocess.Popen(command, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT))
-        models = lambda: httpx.get(f"http://127.0.0.1:{api}/v1/models", headers={"authorization": f"Bearer {KEY}"},  # noqa: E731
-                                   timeout=5).json()
-        _wait(lambda: [m["id"] for m in models().get("data", [])] == [tiny_model_dir.name], "worker registration",
-              processes)
+
+        def models():
+            return httpx.get(
+                f"http://127.0.0.1:{api}/v1/models", headers={"authorization": f"Bearer {KEY}"}, timeout=5
+            ).json()
+
+        _wait(
+            lambda: [m["id"] for m in models().get("data", [])] == [tiny_model_dir.name],
+            "worker registration",
+            processes,
+        )
         yield {"api": f"http://127.0.0.1:{api}", "worker": f"http://127.0.0.1:{worker}", "model": tiny_model_dir.name}
     finally:
         for process in processes:
@@ -80,8 +110,12 @@ def fastchat_stack(tiny_model_dir, tmp_path_factory):
 
 def _message(image: bytes) -> list[dict]:
     url = "data:image/png;base64," + base64.b64encode(image).decode()
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                         {"type": "text", "text": QUESTION}]}]
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": QUESTION}],
+        }
+    ]
 
 
 pytestmark = pytest.mark.slow  # three server processes: about 30 s on a quiet 2-core machine, 75 s under load
@@ -97,7 +131,9 @@ def test_openai_client_through_fastchat_gets_the_agent_answer(fastchat_stack, ti
     reply = client.chat.completions.create(
         model=fastchat_stack["model"], messages=_message(image), max_tokens=24, temperature=0
     )
-    local = GeoPilot.from_pretrained(tiny_model_dir, device="cpu").chat(image, QUESTION, generation={"max_new_tokens": 24})
+    local = GeoPilot.from_pretrained(tiny_model_dir, device="cpu").chat(
+        image, QUESTION, generation={"max_new_tokens": 24}
+    )
     assert reply.choices[0].message.content == local.answer
     assert reply.usage.completion_tokens == local.tokens.generated
 
@@ -121,13 +157,18 @@ def test_worker_protocol_streams_and_reports_status(fastchat_stack):
     conv = httpx.post(worker + "/worker_get_conv_template", timeout=10).json()["conv"]
     assert (conv["sep"], conv["sep2"], list(conv["roles"])) == (SEP, SEP2, list(ROLES))
     image = base64.b64encode(png_bytes(64, 48, seed=7)).decode()
-    params = {"prompt": f"{SEP}USER: $$<image>$${QUESTION}{SEP}ASSISTANT:", "images": [image],
-              "max_new_tokens": 24, "temperature": 0}
+    params = {
+        "prompt": f"{SEP}USER: $$<image>$${QUESTION}{SEP}ASSISTANT:",
+        "images": [image],
+        "max_new_tokens": 24,
+        "temperature": 0,
+    }
     with httpx.stream("POST", worker + "/worker_generate_stream", json=params, timeout=120) as response:
         events = [json.loads(chunk) for chunk in response.read().split(b"\0") if chunk]
     assert events[-1]["error_code"] == 0 and events[-1]["finish_reason"] == "stop"
     whole = httpx.post(worker + "/worker_generate", json=params, timeout=120).json()
     assert whole["text"] == events[-1]["text"] and whole["geopilot"]["answer"] == whole["text"]
-    refused = httpx.post(worker + "/worker_generate", json={**params, "images": ["http://169.254.169.254/x.png"]},
-                         timeout=30).json()
+    refused = httpx.post(
+        worker + "/worker_generate", json={**params, "images": ["http://169.254.169.254/x.png"]}, timeout=30
+    ).json()
     assert refused["error_code"] != 0 and "base64" in refused["text"]

@@ -36,7 +36,9 @@ def test_lae_dino_tiny_serves_the_detection_tools():
         assert result.ok, result.error
         assert result.output.provenance == "model"
         assert len(result.output.detections) <= (1 if name == "sar_ground" else 5)
-        allowed = {"detect_objects": {"ship", "storage tank"}, "detect_all": {"ship", "airplane"}}.get(name)  # canonical
+        allowed = {"detect_objects": {"ship", "storage tank"}, "detect_all": {"ship", "airplane"}}.get(
+            name
+        )  # canonical
         assert allowed is None or {d.label for d in result.output.detections} <= allowed
 
 

@@ -25,8 +25,12 @@ def test_list_json_has_every_tool_with_schema_and_status(capsys, tmp_path, monke
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert len(rows) == 10
     assert rows["remove_clouds"]["status"] == "ready"
-    assert rows["detect_objects"]["status"] == "weights missing" and rows["detect_objects"]["status_detail"].startswith("weights not found: put lae_dino at")
-    assert rows["ground"]["status"] == "weights missing" and rows["ground"]["status_detail"].startswith("weights not found: put remotesam/checkpoint.pth at")
+    assert rows["detect_objects"]["status"] == "weights missing" and rows["detect_objects"]["status_detail"].startswith(
+        "weights not found: put lae_dino at"
+    )
+    assert rows["ground"]["status"] == "weights missing" and rows["ground"]["status_detail"].startswith(
+        "weights not found: put remotesam/checkpoint.pth at"
+    )
     assert rows["detect_objects"]["input_schema"]["required"] == ["categories"]
 
 
@@ -44,7 +48,10 @@ def test_list_human_readable(capsys):
         (["run", "detect_objects", "--params", "[1]"], "--params: expected a JSON object, got list"),
         (["run", "detect_objects", "--params", '{"categories": []}'], "categories: List should have at least 1 item"),
         (["run", "ground", "--params", '{"expression": "x", "k": 1}'], "k: unexpected parameter"),
-        (["run", "ground", "--params", '{"expression": "the ship"}'], "weights not found: put remotesam/checkpoint.pth"),
+        (
+            ["run", "ground", "--params", '{"expression": "the ship"}'],
+            "weights not found: put remotesam/checkpoint.pth",
+        ),
         (["run", "detect_objects", "--params", '{"categories": ["ship"]}'], "weights not found: put lae_dino at"),
         (["run", "remove_clouds", "max_pixels=100"], "exceeds the limit of 100"),
         (["run", "remove_clouds", "tools.remove_clouds.options.variant=RICE3"], "variant"),

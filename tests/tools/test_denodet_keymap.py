@@ -104,7 +104,9 @@ def test_tools_list_reports_both_backends_ready_or_weights_missing(tmp_path, mon
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["sar_detect_all"]["backend"] == "denodet" and rows["extract_roads"]["backend"] == "sam_road"
-    assert rows["sar_detect_all"]["status"] == "weights missing" and rows["sar_detect_all"]["status_detail"].startswith("weights not found: put denodet at")
+    assert rows["sar_detect_all"]["status"] == "weights missing" and rows["sar_detect_all"]["status_detail"].startswith(
+        "weights not found: put denodet at"
+    )
     assert rows["extract_roads"]["status"] == "weights missing"
     (tmp_path / "denodet").mkdir()
     (tmp_path / "denodet" / "denodet.pth").write_bytes(b"")

@@ -105,9 +105,7 @@ def test_visgt_prior_is_added_to_the_text_features(backend):
 def _visgt_inputs(model, pixel_values, pixel_mask, text):
     """The keyword arguments the fusion encoder (and so VisGT) receives in a real forward."""
     seen = {}
-    hook = model.model.encoder.register_forward_pre_hook(
-        lambda m, args, kwargs: seen.update(kwargs), with_kwargs=True
-    )
+    hook = model.model.encoder.register_forward_pre_hook(lambda m, args, kwargs: seen.update(kwargs), with_kwargs=True)
     try:
         with torch.no_grad():
             model(pixel_values=pixel_values, pixel_mask=pixel_mask, **text)

@@ -103,9 +103,15 @@ def test_tools_on_a_hand_made_mask_give_normalised_boxes(tiny):
     model = _HandMadeMask(tiny, prob)
     image = LoadedImage(Image.new("RGB", (100, 50)))
     adapter = MaskSegmenterAdapter(model)
-    found = adapter.run("segment_instances", image, TASKS_BY_NAME["segment_instances"].params_model(categories=["planes"]))
+    found = adapter.run(
+        "segment_instances", image, TASKS_BY_NAME["segment_instances"].params_model(categories=["planes"])
+    )
     assert [d.label for d in found.detections] == ["airplane"] * 3  # canonical vocabulary
-    assert sorted(d.box for d in found.detections) == [(0.1, 0.1, 0.3, 0.3), (0.5, 0.4, 0.6, 0.8), (0.8, 0.84, 0.96, 0.96)]
+    assert sorted(d.box for d in found.detections) == [
+        (0.1, 0.1, 0.3, 0.3),
+        (0.5, 0.4, 0.6, 0.8),
+        (0.8, 0.84, 0.96, 0.96),
+    ]
     assert sum(d.area for d in found.detections) == pytest.approx(mask.mean(), abs=1e-6)
     grounded = adapter.run("ground", image, TASKS_BY_NAME["ground"].params_model(expression="the planes"))
     assert [d.box for d in grounded.detections] == [(0.1, 0.1, 0.96, 0.96)]
@@ -148,7 +154,9 @@ def test_list_reports_remotesam_ready_or_weights_missing(tmp_path, monkeypatch, 
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     for name in ("ground", "segment_instances", "segment_referring"):
         assert rows[name]["backend"] == "remotesam"
-        assert rows[name]["status"] == "weights missing" and rows[name]["status_detail"].startswith("weights not found: put remotesam/checkpoint.pth")
+        assert rows[name]["status"] == "weights missing" and rows[name]["status_detail"].startswith(
+            "weights not found: put remotesam/checkpoint.pth"
+        )
     (tmp_path / "remotesam").mkdir()
     (tmp_path / "remotesam" / "checkpoint.pth").write_bytes(b"")
     assert main(["tools", "list", "--json"]) == 0

@@ -35,8 +35,14 @@ def test_every_published_key_maps_to_our_full_size_model_with_its_shape():
 @pytest.mark.parametrize(
     ("upstream", "ours"),
     [
-        ("module.backbone.layers.2.fusion.image_lang_att.f_query.0.weight", "backbone.stages.2.pwam.attention.query.weight"),
-        ("backbone.layers.0.visual_residual.repblock.brb_3x3_2.bn2.running_var", "backbone.stages.0.receptive.rep2.pointwise_then_3x3.3.running_var"),
+        (
+            "module.backbone.layers.2.fusion.image_lang_att.f_query.0.weight",
+            "backbone.stages.2.pwam.attention.query.weight",
+        ),
+        (
+            "backbone.layers.0.visual_residual.repblock.brb_3x3_2.bn2.running_var",
+            "backbone.stages.0.receptive.rep2.pointwise_then_3x3.3.running_var",
+        ),
         ("backbone.cim.block.0.intra_ff.m.ff4.m.conv2.weight", "neck.block.scale_ffn.ffns.3.mix.weight"),
         ("classifier.conv2_4.rounting_func.fc_theta.weight", "decoder.stages.0.rotated.routing.fc_angle.weight"),
         ("classifier.bn2_2.num_batches_tracked", "decoder.stages.2.norm2.num_batches_tracked"),

@@ -11,15 +11,35 @@ from geopilot.tools.registry import binding_status, load_tools_config
 from geopilot.tools.sam_road import SamRoad, SamRoadNet, tiny_config, upstream_key_to_ours
 
 ENCODER_BLOCK_PARTS = (
-    "norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
-    "attn.rel_pos_h", "attn.rel_pos_w", "norm2.weight", "norm2.bias",
-    "mlp.lin1.weight", "mlp.lin1.bias", "mlp.lin2.weight", "mlp.lin2.bias",
-)  # fmt: skip
+    "norm1.weight",
+    "norm1.bias",
+    "attn.qkv.weight",
+    "attn.qkv.bias",
+    "attn.proj.weight",
+    "attn.proj.bias",
+    "attn.rel_pos_h",
+    "attn.rel_pos_w",
+    "norm2.weight",
+    "norm2.bias",
+    "mlp.lin1.weight",
+    "mlp.lin1.bias",
+    "mlp.lin2.weight",
+    "mlp.lin2.bias",
+)
 TOPO_LAYER_PARTS = (
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
-    "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
-    "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias",
-)  # fmt: skip
+    "self_attn.in_proj_weight",
+    "self_attn.in_proj_bias",
+    "self_attn.out_proj.weight",
+    "self_attn.out_proj.bias",
+    "linear1.weight",
+    "linear1.bias",
+    "linear2.weight",
+    "linear2.bias",
+    "norm1.weight",
+    "norm1.bias",
+    "norm2.weight",
+    "norm2.bias",
+)
 
 
 def upstream_keys(depth: int) -> list[str]:
@@ -98,7 +118,9 @@ def test_tools_list_status_follows_the_preset_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(tmp_path))
     config = load_tools_config()
     status, detail = binding_status(config.tools["extract_roads"])
-    assert status == "weights missing" and detail.startswith("weights not found: put sam_road/cityscale_vitb_512_e10.ckpt")
+    assert status == "weights missing" and detail.startswith(
+        "weights not found: put sam_road/cityscale_vitb_512_e10.ckpt"
+    )
     (tmp_path / "sam_road").mkdir()
     (tmp_path / "sam_road" / "spacenet_vitb_256_e10.ckpt").write_bytes(b"")
     spacenet = load_tools_config(overrides=["tools.extract_roads.options.preset=spacenet"])

@@ -182,9 +182,7 @@ def test_unexpected_clip_key_is_listed(bilinear, tiny_registered, tmp_path):
     state["visual.extra_head.weight"] = torch.zeros(2)
     save_file(state, str(tmp_path / "clip.safetensors"))
     with pytest.raises(WeightsError, match=r"unexpected keys \(1\).*visual\.extra_head\.weight"):
-        SegEarthOV.from_weights(
-            str(tmp_path / "clip.safetensors"), model_name=tiny_registered, upsampler="bilinear"
-        )
+        SegEarthOV.from_weights(str(tmp_path / "clip.safetensors"), model_name=tiny_registered, upsampler="bilinear")
 
 
 def test_missing_upsampler_checkpoint_says_where_to_put_it(bilinear, tiny_registered, tmp_path):

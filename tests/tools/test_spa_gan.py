@@ -54,9 +54,7 @@ def test_checkpoint_with_an_extra_key_is_rejected_with_its_name(tmp_path):
 
 def test_cli_remove_clouds_matches_upstream_output(tmp_path, weights_root, capsys):
     out = tmp_path / "out"
-    code = main(
-        ["tools", "run", "remove_clouds", "--image", str(INPUT), "--out", str(out), "device=cpu", "--json"]
-    )
+    code = main(["tools", "run", "remove_clouds", "--image", str(INPUT), "--out", str(out), "device=cpu", "--json"])
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "output.json").read_text())
     assert report["ok"] and report["output"]["provenance"] == "model"

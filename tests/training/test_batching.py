@@ -58,8 +58,10 @@ def test_the_image_cache_gives_the_same_pixels_and_stays_bounded(tmp_path, tiny_
     for i, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
         paths.append(str(tmp_path / f"{i}.png"))
         Image.new("RGB", (40 + 8 * i, 40), colour).save(paths[-1])
-    rows = [{"id": str(i), "image": p, "input_ids": [5, 6, 7][: 1 + i % 3], "labels": [-100, 6, 7][: 1 + i % 3]}
-            for i, p in enumerate(paths + paths[::-1])]  # fmt: skip
+    rows = [
+        {"id": str(i), "image": p, "input_ids": [5, 6, 7][: 1 + i % 3], "labels": [-100, 6, 7][: 1 + i % 3]}
+        for i, p in enumerate(paths + paths[::-1])
+    ]
     processor = build_processor(tiny_tokenizer, image_size=32, patch_size=8)
     plain, cached = Collator(processor), Collator(processor, image_cache=2)
     for start in (0, 3, 0):

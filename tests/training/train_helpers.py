@@ -1,6 +1,6 @@
 """argv builders for in-process `train.main` runs on the tiny configs, and a run that SIGKILLs itself.
 
-    python tests/training/train_helpers.py STEP EVENT <train.py args>   # train.main(args, on_step=kill_at(STEP, EVENT))
+python tests/training/train_helpers.py STEP EVENT <train.py args>   # train.main(args, on_step=kill_at(STEP, EVENT))
 """
 
 from __future__ import annotations

@@ -39,7 +39,12 @@ class Area:
     crs: str  # as the source file states it (WKT or "EPSG:n")
 
     def summary(self) -> dict:
-        return {"name": self.name, "id": self.id, "level": self.level, **({"parent": self.parent} if self.parent else {})}
+        return {
+            "name": self.name,
+            "id": self.id,
+            "level": self.level,
+            **({"parent": self.parent} if self.parent else {}),
+        }
 
 
 def read_areas(source: AreaSource, root: Path) -> list[Area]:
@@ -63,7 +68,9 @@ def read_areas(source: AreaSource, root: Path) -> list[Area]:
             geometry = shapely.make_valid(geometry)
         parent = str(column[source.parent_field][i]) if source.parent_field else None
         areas.append(
-            Area(source.level, str(column[source.name_field][i]), str(column[source.id_field][i]), parent, geometry, crs)
+            Area(
+                source.level, str(column[source.name_field][i]), str(column[source.id_field][i]), parent, geometry, crs
+            )
         )
     return areas
 
@@ -93,10 +100,14 @@ class AreaIndex:
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
-            raise AreaNotFound(f"{name!r} names {len(matches)} areas at level {level!r}; pass the id instead: "
-                               + ", ".join(f"{a.name} ({a.id})" for a in matches))
+            raise AreaNotFound(
+                f"{name!r} names {len(matches)} areas at level {level!r}; pass the id instead: "
+                + ", ".join(f"{a.name} ({a.id})" for a in matches)
+            )
         close = difflib.get_close_matches(key, [normalise_name(a.name) for a in areas], n=3, cutoff=0.6)
-        hint = f"; closest names: {', '.join(a.name for a in areas if normalise_name(a.name) in close)}" if close else ""
+        hint = (
+            f"; closest names: {', '.join(a.name for a in areas if normalise_name(a.name) in close)}" if close else ""
+        )
         raise AreaNotFound(f"no {level} named {name!r}{hint}")
 
     def find_any_level(self, name: str) -> list[Area]:

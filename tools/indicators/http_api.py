@@ -66,8 +66,12 @@ def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel]):
         given = params.model_dump(exclude_none=True) if params is not None else {}
         result = registry.call(Action(tool=name, params=given), image=None)
         body = ToolCallResponse(
-            tool=result.tool, params=result.params, output=result.output, error=result.error,
-            error_kind=result.error_kind, seconds=round(result.seconds, 4),
+            tool=result.tool,
+            params=result.params,
+            output=result.output,
+            error=result.error,
+            error_kind=result.error_kind,
+            seconds=round(result.seconds, 4),
         )
         status = 200 if result.ok else ERROR_STATUS.get(result.error_kind or "", 400)
         return JSONResponse(body.model_dump(mode="json"), status_code=status)

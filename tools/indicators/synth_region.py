@@ -173,8 +173,15 @@ def write_cog(path: Path, array: np.ndarray, nodata: float | None) -> None:
     from rasterio.transform import from_origin
 
     profile = {
-        "driver": "COG", "width": WIDTH, "height": HEIGHT, "count": 1, "dtype": array.dtype.name, "crs": CRS,
-        "transform": from_origin(ORIGIN[0], ORIGIN[1], PIXEL_M, PIXEL_M), "blocksize": 256, "compress": "deflate",
+        "driver": "COG",
+        "width": WIDTH,
+        "height": HEIGHT,
+        "count": 1,
+        "dtype": array.dtype.name,
+        "crs": CRS,
+        "transform": from_origin(ORIGIN[0], ORIGIN[1], PIXEL_M, PIXEL_M),
+        "blocksize": 256,
+        "compress": "deflate",
     }
     if nodata is not None:
         profile["nodata"] = nodata
@@ -197,45 +204,131 @@ def write_areas(out: Path, countries, provinces, municipalities) -> None:
 
     def write(path, layer, geoms, fields: dict[str, list[str]], crs, driver):
         pyogrio.raw.write(
-            path, shapely.to_wkb(np.array(geoms, dtype=object)), [np.array(v, dtype=object) for v in fields.values()],
-            list(fields), layer=layer, driver=driver, geometry_type="Polygon", crs=crs, append=path.exists(),
+            path,
+            shapely.to_wkb(np.array(geoms, dtype=object)),
+            [np.array(v, dtype=object) for v in fields.values()],
+            list(fields),
+            layer=layer,
+            driver=driver,
+            geometry_type="Polygon",
+            crs=crs,
+            append=path.exists(),
         )
 
-    write(gpkg, "countries", list(countries.values()),
-          {"code": list(countries), "name": [COUNTRIES[c] for c in countries]}, CRS, "GPKG")
-    write(gpkg, "provinces", list(provinces.values()),
-          {"code": list(provinces), "name": [PROVINCES[p][0] for p in provinces],
-           "country": [COUNTRIES[PROVINCES[p][1]] for p in provinces]}, CRS, "GPKG")
-    write(gpkg, "municipalities", [m[3] for m in municipalities],
-          {"code": [f"{pid}-{k + 1}" for pid, k, _, _ in municipalities], "name": [m[2] for m in municipalities],
-           "province": [PROVINCES[pid][0] for pid, _, _, _ in municipalities]}, CRS, "GPKG")
-    wgs84 = [shape(transform_geom(RasterioCRS.from_user_input(CRS), "EPSG:4326", mapping(p))) for p in provinces.values()]
+    write(
+        gpkg,
+        "countries",
+        list(countries.values()),
+        {"code": list(countries), "name": [COUNTRIES[c] for c in countries]},
+        CRS,
+        "GPKG",
+    )
+    write(
+        gpkg,
+        "provinces",
+        list(provinces.values()),
+        {
+            "code": list(provinces),
+            "name": [PROVINCES[p][0] for p in provinces],
+            "country": [COUNTRIES[PROVINCES[p][1]] for p in provinces],
+        },
+        CRS,
+        "GPKG",
+    )
+    write(
+        gpkg,
+        "municipalities",
+        [m[3] for m in municipalities],
+        {
+            "code": [f"{pid}-{k + 1}" for pid, k, _, _ in municipalities],
+            "name": [m[2] for m in municipalities],
+            "province": [PROVINCES[pid][0] for pid, _, _, _ in municipalities],
+        },
+        CRS,
+        "GPKG",
+    )
+    wgs84 = [
+        shape(transform_geom(RasterioCRS.from_user_input(CRS), "EPSG:4326", mapping(p))) for p in provinces.values()
+    ]
     geojson = out / "areas" / "provinces_wgs84.geojson"
     if geojson.exists():
         geojson.unlink()
-    write(geojson, None, wgs84, {"code": list(provinces), "name": [PROVINCES[p][0] for p in provinces],
-                                 "country": [COUNTRIES[PROVINCES[p][1]] for p in provinces]}, "EPSG:4326", "GeoJSON")
+    write(
+        geojson,
+        None,
+        wgs84,
+        {
+            "code": list(provinces),
+            "name": [PROVINCES[p][0] for p in provinces],
+            "country": [COUNTRIES[PROVINCES[p][1]] for p in provinces],
+        },
+        "EPSG:4326",
+        "GeoJSON",
+    )
 
 
 CATALOG = {
     "layers": [
-        {"id": "land_cover", "path": "rasters/land_cover.tif", "kind": "categorical", "classes": LAND_COVER,
-         "description": "Land cover classes (forest, cropland, grassland, urban, water)"},
-        {"id": "co2_suitability", "path": "rasters/co2_suitability.tif", "kind": "categorical", "classes": CO2,
-         "description": "Eligibility of land for CO2 afforestation credits"},
-        {"id": "erosion_probability", "path": "rasters/erosion_probability.tif", "kind": "continuous",
-         "units": "probability", "description": "Probability of soil erosion (0-1)"},
-        {"id": "ndvi", "path": "rasters/ndvi_{date}.tif", "kind": "continuous", "units": "NDVI",
-         "dates": NDVI_DATES, "description": "Mean summer NDVI, one raster per year"},
-        {"id": "hillshade", "path": "rasters/hillshade.tif", "kind": "continuous", "display_only": True,
-         "description": "Hillshade relief for display under the other layers"},
+        {
+            "id": "land_cover",
+            "path": "rasters/land_cover.tif",
+            "kind": "categorical",
+            "classes": LAND_COVER,
+            "description": "Land cover classes (forest, cropland, grassland, urban, water)",
+        },
+        {
+            "id": "co2_suitability",
+            "path": "rasters/co2_suitability.tif",
+            "kind": "categorical",
+            "classes": CO2,
+            "description": "Eligibility of land for CO2 afforestation credits",
+        },
+        {
+            "id": "erosion_probability",
+            "path": "rasters/erosion_probability.tif",
+            "kind": "continuous",
+            "units": "probability",
+            "description": "Probability of soil erosion (0-1)",
+        },
+        {
+            "id": "ndvi",
+            "path": "rasters/ndvi_{date}.tif",
+            "kind": "continuous",
+            "units": "NDVI",
+            "dates": NDVI_DATES,
+            "description": "Mean summer NDVI, one raster per year",
+        },
+        {
+            "id": "hillshade",
+            "path": "rasters/hillshade.tif",
+            "kind": "continuous",
+            "display_only": True,
+            "description": "Hillshade relief for display under the other layers",
+        },
     ],
     "areas": [
-        {"level": "country", "path": "areas/region.gpkg", "layer": "countries", "name_field": "name", "id_field": "code"},
-        {"level": "province", "path": "areas/provinces_wgs84.geojson", "name_field": "name", "id_field": "code",
-         "parent_field": "country"},
-        {"level": "municipality", "path": "areas/region.gpkg", "layer": "municipalities", "name_field": "name",
-         "id_field": "code", "parent_field": "province"},
+        {
+            "level": "country",
+            "path": "areas/region.gpkg",
+            "layer": "countries",
+            "name_field": "name",
+            "id_field": "code",
+        },
+        {
+            "level": "province",
+            "path": "areas/provinces_wgs84.geojson",
+            "name_field": "name",
+            "id_field": "code",
+            "parent_field": "country",
+        },
+        {
+            "level": "municipality",
+            "path": "areas/region.gpkg",
+            "layer": "municipalities",
+            "name_field": "name",
+            "id_field": "code",
+            "parent_field": "province",
+        },
     ],
 }
 
@@ -251,8 +344,13 @@ def truth_for(array: np.ndarray, mask: np.ndarray, categorical: bool, classes: d
     if categorical:
         return {name: 100.0 * float((values == v).sum()) / values.size for v, name in classes.items()}
     as_float = values.astype(np.float64)
-    return {"mean": float(as_float.mean()), "min": float(as_float.min()), "max": float(as_float.max()),
-            "std": float(as_float.std()), "count": int(values.size)}
+    return {
+        "mean": float(as_float.mean()),
+        "min": float(as_float.min()),
+        "max": float(as_float.max()),
+        "std": float(as_float.std()),
+        "count": int(values.size),
+    }
 
 
 def synth_region(out: Path, seed: int = SEED) -> Path:
@@ -275,7 +373,10 @@ def synth_region(out: Path, seed: int = SEED) -> Path:
     truth: dict = {}
     for level, name, code, geometry in areas:
         mask = shapely.contains_xy(geometry, x, y)
-        entry = {"id": code, "outside_raster_pct": 100.0 * (1 - geometry.intersection(_raster_box()).area / geometry.area)}
+        entry = {
+            "id": code,
+            "outside_raster_pct": 100.0 * (1 - geometry.intersection(_raster_box()).area / geometry.area),
+        }
         for layer in CATALOG["layers"]:
             if layer.get("display_only"):
                 continue

@@ -150,8 +150,12 @@ class Context:
         layer = self.catalog.layer(layer_id)
         area = next(a for a in self.areas.all(level) if a.id == area_id)
         return zonal_stats(
-            layer.raster_path(self.catalog.root, date), area.geometry, area.crs, layer.kind == "categorical",
-            layer.nodata, band=layer.band(date),
+            layer.raster_path(self.catalog.root, date),
+            area.geometry,
+            area.crs,
+            layer.kind == "categorical",
+            layer.nodata,
+            band=layer.band(date),
         )
 
     def metric(self, layer: Layer, date: str | None, area: Area, metric: str) -> float:
@@ -217,11 +221,20 @@ def area_stats(layer: Layer, stats: ZonalStats) -> dict[str, Any]:
 
 
 def list_layers(ctx: Context, params: NoParams) -> dict:
-    return {"layers": [
-        {"id": x.id, "kind": x.kind, "description": x.description, "display_only": x.display_only,
-         **({"units": x.units} if x.units else {}), **({"dates": x.dates} if x.dates else {})}
-        for x in ctx.catalog.layers
-    ], "levels": ctx.catalog.levels()}
+    return {
+        "layers": [
+            {
+                "id": x.id,
+                "kind": x.kind,
+                "description": x.description,
+                "display_only": x.display_only,
+                **({"units": x.units} if x.units else {}),
+                **({"dates": x.dates} if x.dates else {}),
+            }
+            for x in ctx.catalog.layers
+        ],
+        "levels": ctx.catalog.levels(),
+    }
 
 
 def get_legend(ctx: Context, params: LayerParams) -> dict:
@@ -252,8 +265,13 @@ def compare_areas(ctx: Context, params: CompareParams) -> dict:
     areas = [ctx.areas.find(name, params.level) for name in params.areas]
     values = [{"name": a.name, "id": a.id, "value": ctx.metric(layer, date, a, params.metric)} for a in areas]
     ordered = sorted(values, key=lambda v: v["value"], reverse=True)
-    result = {"layer": layer.id, "metric": params.metric, "values": values, "highest": ordered[0]["name"],
-              "lowest": ordered[-1]["name"]}
+    result = {
+        "layer": layer.id,
+        "metric": params.metric,
+        "values": values,
+        "highest": ordered[0]["name"],
+        "lowest": ordered[-1]["name"],
+    }
     if len(values) == 2:
         result["difference"] = round(values[0]["value"] - values[1]["value"], 4)
     return result
@@ -263,9 +281,14 @@ def rank_areas(ctx: Context, params: RankParams) -> dict:
     layer, date = ctx.analysable(params.layer, params.date)
     scored = [(a, ctx.metric(layer, date, a, params.metric)) for a in ctx.areas_within(params.level, params.within)]
     scored.sort(key=lambda item: item[1], reverse=params.order == "top")
-    return {"layer": layer.id, "metric": params.metric, "order": params.order, "ranking": [
-        {"rank": i + 1, "name": a.name, "id": a.id, "value": v} for i, (a, v) in enumerate(scored[: params.n])
-    ]}
+    return {
+        "layer": layer.id,
+        "metric": params.metric,
+        "order": params.order,
+        "ranking": [
+            {"rank": i + 1, "name": a.name, "id": a.id, "value": v} for i, (a, v) in enumerate(scored[: params.n])
+        ],
+    }
 
 
 def threshold_count(ctx: Context, params: ThresholdParams) -> dict:
@@ -276,8 +299,15 @@ def threshold_count(ctx: Context, params: ThresholdParams) -> dict:
         value = ctx.metric(layer, date, area, params.metric)
         if (value > params.threshold) if params.op == "above" else (value < params.threshold):
             passing.append({"name": area.name, "id": area.id, "value": value})
-    return {"layer": layer.id, "metric": params.metric, "op": params.op, "threshold": params.threshold,
-            "count": len(passing), "of": len(areas), "areas": passing}
+    return {
+        "layer": layer.id,
+        "metric": params.metric,
+        "op": params.op,
+        "threshold": params.threshold,
+        "count": len(passing),
+        "of": len(areas),
+        "areas": passing,
+    }
 
 
 def statistics_over_time(ctx: Context, params: TimeSeriesParams) -> dict:
@@ -287,8 +317,12 @@ def statistics_over_time(ctx: Context, params: TimeSeriesParams) -> dict:
     ctx.analysable(layer.id, layer.dates[0])
     area = ctx.areas.find(params.area, params.level)
     series = [{"date": d, "value": ctx.metric(layer, d, area, params.metric)} for d in layer.dates]
-    return area.summary() | {"layer": layer.id, "metric": params.metric, "series": series,
-                             "change": round(series[-1]["value"] - series[0]["value"], 4)}
+    return area.summary() | {
+        "layer": layer.id,
+        "metric": params.metric,
+        "series": series,
+        "change": round(series[-1]["value"] - series[0]["value"], 4),
+    }
 
 
 def generate_chart(ctx: Context, params: ChartParams) -> ToolOutput:
@@ -310,7 +344,11 @@ def generate_chart(ctx: Context, params: ChartParams) -> ToolOutput:
     with os.fdopen(handle, "wb") as out:
         figure.savefig(out, format="png", dpi=100)
     plt.close(figure)
-    data = {"layer": layer.id, "metric": params.metric, "values": {a.name: v for a, v in zip(areas, values, strict=True)}}
+    data = {
+        "layer": layer.id,
+        "metric": params.metric,
+        "values": {a.name: v for a, v in zip(areas, values, strict=True)},
+    }
     return ToolOutput(data=data, artifacts=[Artifact(kind="image", path=name)])
 
 
@@ -320,12 +358,21 @@ def buffer_area(ctx: Context, params: BufferParams) -> dict:
         raise GeoPilotInputError("buffers need a projected raster CRS (metres); this catalogue's is geographic")
     base = ctx.geometry(area)
     buffered = base.buffer(params.distance_m)
-    result = area.summary() | {"distance_m": params.distance_m, "area_km2": round(base.area / 1e6, 3),
-                               "buffered_km2": round(buffered.area / 1e6, 3)}
+    result = area.summary() | {
+        "distance_m": params.distance_m,
+        "area_km2": round(base.area / 1e6, 3),
+        "buffered_km2": round(buffered.area / 1e6, 3),
+    }
     if params.layer is not None:
         layer, date = ctx.analysable(params.layer)
-        stats = zonal_stats(layer.raster_path(ctx.catalog.root, date), buffered, ctx.working_crs.to_string(),
-                            layer.kind == "categorical", layer.nodata, band=layer.band(date))
+        stats = zonal_stats(
+            layer.raster_path(ctx.catalog.root, date),
+            buffered,
+            ctx.working_crs.to_string(),
+            layer.kind == "categorical",
+            layer.nodata,
+            band=layer.band(date),
+        )
         result |= {"layer": layer.id} | area_stats(layer, stats)
     return result
 
@@ -385,24 +432,52 @@ class IndicatorTool:
 
 
 TOOLS: list[tuple[str, str, type[BaseModel], Callable]] = [
-    ("list_layers", "List the indicator layers (id, kind, units, dates, display-only) and area levels.", NoParams,
-     list_layers),
+    (
+        "list_layers",
+        "List the indicator layers (id, kind, units, dates, display-only) and area levels.",
+        NoParams,
+        list_layers,
+    ),
     ("get_legend", "The legend of a layer: class names by pixel value, or its units.", LayerParams, get_legend),
-    ("lookup_area", "Find an administrative area by name or id; returns its id, level and parent.", LookupParams,
-     lookup_area),
-    ("analyse_area", "Statistics of one layer over one area: class shares in percent, or mean/min/max/std.",
-     AreaParams, analyse_area),
+    (
+        "lookup_area",
+        "Find an administrative area by name or id; returns its id, level and parent.",
+        LookupParams,
+        lookup_area,
+    ),
+    (
+        "analyse_area",
+        "Statistics of one layer over one area: class shares in percent, or mean/min/max/std.",
+        AreaParams,
+        analyse_area,
+    ),
     ("compare_areas", "Compare one metric of a layer between areas of the same level.", CompareParams, compare_areas),
     ("rank_areas", "Top or bottom N areas of a level by one metric of a layer.", RankParams, rank_areas),
-    ("threshold_count", "How many areas of a level have a metric above or below a threshold.", ThresholdParams,
-     threshold_count),
-    ("statistics_over_time", "One metric of a dated layer over one area, for every date.", TimeSeriesParams,
-     statistics_over_time),
+    (
+        "threshold_count",
+        "How many areas of a level have a metric above or below a threshold.",
+        ThresholdParams,
+        threshold_count,
+    ),
+    (
+        "statistics_over_time",
+        "One metric of a dated layer over one area, for every date.",
+        TimeSeriesParams,
+        statistics_over_time,
+    ),
     ("generate_chart", "A bar chart (PNG) of one metric of a layer over some areas.", ChartParams, generate_chart),
-    ("buffer_area", "An area grown by a distance in metres, its size, and optionally a layer analysed over it.",
-     BufferParams, buffer_area),
-    ("select_features", "Areas of a level that intersect, lie within, contain or touch a given area.", SelectParams,
-     select_features),
+    (
+        "buffer_area",
+        "An area grown by a distance in metres, its size, and optionally a layer analysed over it.",
+        BufferParams,
+        buffer_area,
+    ),
+    (
+        "select_features",
+        "Areas of a level that intersect, lie within, contain or touch a given area.",
+        SelectParams,
+        select_features,
+    ),
     ("centroids", "Centre points (lon, lat) of the areas of a level.", CentroidParams, centroids),
     ("reject_task", "Decline a request these tools cannot answer, saying why.", RejectParams, reject_task),
 ]

@@ -44,7 +44,13 @@ class ZonalStats:
     def summary(self) -> dict[str, float]:
         mean = self.total / self.weight
         variance = max(self.total_sq / self.weight - mean * mean, 0.0)
-        return {"mean": mean, "min": self.minimum, "max": self.maximum, "std": math.sqrt(variance), "count": self.pixels}
+        return {
+            "mean": mean,
+            "min": self.minimum,
+            "max": self.maximum,
+            "std": math.sqrt(variance),
+            "count": self.pixels,
+        }
 
 
 def to_raster_crs(geometry: BaseGeometry, geometry_crs: str, raster_crs) -> BaseGeometry:

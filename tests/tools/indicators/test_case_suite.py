@@ -29,8 +29,20 @@ def test_suite_shape(suite, truth):
     cases = load_cases(suite).cases
     assert len(cases) >= 100
     categories = collections.Counter(case.category for case in cases)
-    for needed in ("tool_selection", "comparison", "ranking", "threshold", "cross_indicator", "memory", "error_handling",
-                   "refusal", "multilingual_es", "multilingual_gl", "multilingual_eu", "multilingual_pt"):
+    for needed in (
+        "tool_selection",
+        "comparison",
+        "ranking",
+        "threshold",
+        "cross_indicator",
+        "memory",
+        "error_handling",
+        "refusal",
+        "multilingual_es",
+        "multilingual_gl",
+        "multilingual_eu",
+        "multilingual_pt",
+    ):
         assert categories[needed] >= 3, needed
     assert all(case.image is None and case.modality is None for case in cases)
     assert sum(bool(case.history) for case in cases) >= 5
@@ -41,13 +53,28 @@ def test_suite_shape(suite, truth):
         assert 0.1 <= abs(a.value - b.value) <= 2 and a.tolerance < abs(a.value - b.value) / 2
     share = next(c for c in cases if c.id == "share-00")
     name = share.reference_calls[0].params["area"]
-    assert share.ground_truth[0].value == pytest.approx(truth["municipality"][name]["land_cover"][share.ground_truth[0].label], abs=1e-4)
+    assert share.ground_truth[0].value == pytest.approx(
+        truth["municipality"][name]["land_cover"][share.ground_truth[0].label], abs=1e-4
+    )
 
 
 def test_reference_agent_scores_every_check(region, suite, tmp_path, capsys):
     out = tmp_path / "reference"
-    args = ["eval", "planning", "--agent", "reference", "--catalog", str(region / "catalog.yaml"), "--cases", str(suite),
-            "--seeds", "42", "--out", str(out), "--json"]
+    args = [
+        "eval",
+        "planning",
+        "--agent",
+        "reference",
+        "--catalog",
+        str(region / "catalog.yaml"),
+        "--cases",
+        str(suite),
+        "--seeds",
+        "42",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["accuracy"]["mean"] == 1.0, summary["failures"]
@@ -74,12 +101,23 @@ def _scripted_server(cases):
             elif index % 9 == 4 or not case.reference_calls:
                 message = {"content": "I think it is about 50 %."}
             else:
-                message = {"content": None, "tool_calls": [
-                    {"id": f"call_{k}", "type": "function",
-                     "function": {"name": c.tool, "arguments": json.dumps(c.params)}}
-                    for k, c in enumerate(case.reference_calls)]}  # fmt: skip
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", **message}}],
-                                  "usage": {"prompt_tokens": 50, "completion_tokens": 10}}).encode()  # fmt: skip
+                message = {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{k}",
+                            "type": "function",
+                            "function": {"name": c.tool, "arguments": json.dumps(c.params)},
+                        }
+                        for k, c in enumerate(case.reference_calls)
+                    ],
+                }
+            payload = json.dumps(
+                {
+                    "choices": [{"message": {"role": "assistant", **message}}],
+                    "usage": {"prompt_tokens": 50, "completion_tokens": 10},
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
@@ -95,9 +133,27 @@ def test_loopback_openai_agent_scores_what_its_script_implies(region, suite, tmp
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         out = tmp_path / "loopback"
-        args = ["eval", "planning", "--agent", "openai", "--base-url", f"http://127.0.0.1:{server.server_port}/v1",
-                "--model", "scripted", "--tools-as", "openai", "--catalog", str(region / "catalog.yaml"),
-                "--cases", str(suite), "--seeds", "7", "--out", str(out), "--json"]
+        args = [
+            "eval",
+            "planning",
+            "--agent",
+            "openai",
+            "--base-url",
+            f"http://127.0.0.1:{server.server_port}/v1",
+            "--model",
+            "scripted",
+            "--tools-as",
+            "openai",
+            "--catalog",
+            str(region / "catalog.yaml"),
+            "--cases",
+            str(suite),
+            "--seeds",
+            "7",
+            "--out",
+            str(out),
+            "--json",
+        ]
         assert main(args) == 0
     finally:
         server.shutdown()

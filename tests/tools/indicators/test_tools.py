@@ -28,7 +28,9 @@ def test_analyse_area_returns_class_shares_and_the_matched_area(registry, truth)
 
 
 def test_continuous_layer_statistics(registry, truth):
-    data = call(registry, "analyse_area", layer="erosion_probability", area="Serra do Norte", level="province").output.data
+    data = call(
+        registry, "analyse_area", layer="erosion_probability", area="Serra do Norte", level="province"
+    ).output.data
     expected = truth["province"]["Serra do Norte"]["erosion_probability"]
     assert set(data) >= {"mean", "min", "max", "std", "count"}
     assert data["mean"] == pytest.approx(expected["mean"], abs=1e-4)
@@ -43,8 +45,11 @@ def test_continuous_layer_statistics(registry, truth):
         ("analyse_area", {"layer": "hillshade", "area": "Braçal", "level": "municipality"}, "display-only"),
         ("analyse_area", {"layer": "soil", "area": "Braçal", "level": "municipality"}, "unknown layer"),
         ("analyse_area", {"layer": "ndvi", "area": "Braçal", "level": "municipality", "date": "1999"}, "no date"),
-        ("compare_areas", {"layer": "land_cover", "areas": ["Braçal", "Évora Nova"], "level": "municipality",
-                           "metric": "desert"}, "no class 'desert'"),
+        (
+            "compare_areas",
+            {"layer": "land_cover", "areas": ["Braçal", "Évora Nova"], "level": "municipality", "metric": "desert"},
+            "no class 'desert'",
+        ),
         ("statistics_over_time", {"layer": "land_cover", "area": "Braçal", "level": "municipality"}, "no dates"),
     ],
 )
@@ -56,16 +61,27 @@ def test_errors_the_agent_can_see(registry, tool, params, message):
 
 def test_ranking_threshold_comparison_and_time_series_agree_with_truth(registry, truth):
     municipalities = truth["municipality"]
-    ranking = call(registry, "rank_areas", layer="erosion_probability", level="municipality", metric="mean", n=3,
-                   order="bottom").output.data["ranking"]
+    ranking = call(
+        registry, "rank_areas", layer="erosion_probability", level="municipality", metric="mean", n=3, order="bottom"
+    ).output.data["ranking"]
     expected = sorted(municipalities, key=lambda name: municipalities[name]["erosion_probability"]["mean"])[:3]
     assert [row["name"] for row in ranking] == expected
-    above = call(registry, "threshold_count", layer="land_cover", level="municipality", metric="urban", op="above",
-                 threshold=20).output.data
+    above = call(
+        registry, "threshold_count", layer="land_cover", level="municipality", metric="urban", op="above", threshold=20
+    ).output.data
     assert above["count"] == sum(1 for m in municipalities.values() if m["land_cover"]["urban"] > 20)
-    compared = call(registry, "compare_areas", layer="land_cover", areas=["Añora de Ríos", "Vilanova de Órrega"],
-                    level="municipality", metric="forest").output.data
-    gap = municipalities["Añora de Ríos"]["land_cover"]["forest"] - municipalities["Vilanova de Órrega"]["land_cover"]["forest"]
+    compared = call(
+        registry,
+        "compare_areas",
+        layer="land_cover",
+        areas=["Añora de Ríos", "Vilanova de Órrega"],
+        level="municipality",
+        metric="forest",
+    ).output.data
+    gap = (
+        municipalities["Añora de Ríos"]["land_cover"]["forest"]
+        - municipalities["Vilanova de Órrega"]["land_cover"]["forest"]
+    )
     assert 0.1 <= abs(gap) <= 2  # a near-equal pair, by construction
     assert compared["difference"] == pytest.approx(gap, abs=0.011)
     series = call(registry, "statistics_over_time", layer="ndvi", area="Braçal", level="municipality").output.data
@@ -76,15 +92,22 @@ def test_ranking_threshold_comparison_and_time_series_agree_with_truth(registry,
 def test_geometry_tools_and_chart(registry):
     within = call(registry, "select_features", area="Serra do Norte", level="province", target_level="municipality")
     assert [f["name"] for f in within.output.data["features"]] == ["São Tomé da Serra", "Évora Nova", "Lagoa do Açor"]
-    contains = call(registry, "select_features", area="Braçal", level="municipality", target_level="province",
-                    relation="contains").output.data["features"]
+    contains = call(
+        registry, "select_features", area="Braçal", level="municipality", target_level="province", relation="contains"
+    ).output.data["features"]
     assert [f["name"] for f in contains] == ["Vale do Sul"]
     grown = call(registry, "buffer_area", area="Braçal", level="municipality", distance_m=1000).output.data
     assert grown["buffered_km2"] > grown["area_km2"]
     points = call(registry, "centroids", level="country").output.data["centroids"]
     assert len(points) == 2 and all(-180 <= p["lon"] <= 180 for p in points)
-    chart = call(registry, "generate_chart", layer="land_cover", areas=["Braçal", "Évora Nova"], level="municipality",
-                 metric="forest")
+    chart = call(
+        registry,
+        "generate_chart",
+        layer="land_cover",
+        areas=["Braçal", "Évora Nova"],
+        level="municipality",
+        metric="forest",
+    )
     artifact = chart.output.artifacts[0]
     assert artifact.kind == "image"
     with open(artifact.path, "rb") as png:
@@ -164,7 +187,9 @@ def test_a_bad_catalogue_is_a_clear_config_error(tmp_path):
     from geopilot.tools.indicators.catalog import load_catalog
 
     path = tmp_path / "catalog.yaml"
-    path.write_text("layers:\n  - {id: lc, path: a.tif, kind: categorical}\nareas:\n  - {level: province, path: p.gpkg}\n")
+    path.write_text(
+        "layers:\n  - {id: lc, path: a.tif, kind: categorical}\nareas:\n  - {level: province, path: p.gpkg}\n"
+    )
     with pytest.raises(ConfigError, match="needs `classes`"):
         load_catalog(path)
     path.write_text("layers:\n  - {id: lc, path: a.tif, kind: continuous, colour: red}\nareas: []\n")
@@ -189,8 +214,9 @@ def test_dated_layer_as_one_multiband_raster(region, tmp_path, truth):
         for index, array in enumerate(bands, start=1):
             out.write(array, index)
     catalog = yaml.safe_load((region / "catalog.yaml").read_text(encoding="utf-8"))
-    catalog["layers"] = [{"id": "ndvi", "path": str(tmp_path / "ndvi_stack.tif"), "kind": "continuous",
-                          "dates": NDVI_DATES}]
+    catalog["layers"] = [
+        {"id": "ndvi", "path": str(tmp_path / "ndvi_stack.tif"), "kind": "continuous", "dates": NDVI_DATES}
+    ]
     catalog["areas"] = [{**a, "path": str(region / a["path"])} for a in catalog["areas"]]
     (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(catalog, allow_unicode=True), encoding="utf-8")
     stacked = build_indicator_registry(tmp_path / "catalog.yaml", tmp_path)

@@ -14,8 +14,9 @@ from geopilot.tools.indicators.zonal import ZonalError, zonal_stats
 
 
 def _stats(catalog, layer, area, **kwargs):
-    stats = zonal_stats(layer.raster_path(catalog.root), area.geometry, area.crs, layer.kind == "categorical",
-                        layer.nodata, **kwargs)
+    stats = zonal_stats(
+        layer.raster_path(catalog.root), area.geometry, area.crs, layer.kind == "categorical", layer.nodata, **kwargs
+    )
     if layer.kind == "categorical":
         return stats, {name: stats.class_shares().get(value, 0.0) for value, name in layer.classes.items()}
     return stats, stats.summary()
@@ -46,14 +47,17 @@ def test_tile_boundary_and_partly_outside_polygons_are_covered(region, truth):
     edges_x = [px_to_xy(col, 0)[0] for col in (256, 512)]  # the COGs' 256-px tile boundaries
     edge_y = px_to_xy(0, 256)[1]
     crossing = [
-        a.name for a in index.all("municipality")
+        a.name
+        for a in index.all("municipality")
         if any(a.geometry.bounds[0] < x < a.geometry.bounds[2] for x in edges_x)
         or a.geometry.bounds[1] < edge_y < a.geometry.bounds[3]
     ]
     assert len(crossing) >= 3, crossing  # each is checked against the truth above
     assert truth["municipality"]["Lagoa do Açor"]["outside_raster_pct"] > 10
     # the province file is WGS 84 GeoJSON: reprojected to the raster's EPSG:3035 before rasterising
-    assert "4326" in index.find("Serra do Norte", "province").crs or "WGS" in index.find("Serra do Norte", "province").crs
+    assert (
+        "4326" in index.find("Serra do Norte", "province").crs or "WGS" in index.find("Serra do Norte", "province").crs
+    )
 
 
 def test_enormous_polygon_is_read_window_by_window(region):
