@@ -73,8 +73,9 @@ class Server:
             "--max-new-tokens",
             str(args.max_tokens),
             "--device",
-            "cpu",
+            args.device,
         ]
+        command += ["--dtype", args.dtype] if args.dtype else []
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
         self.log = open(logs / f"server-batch{max_batch}.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-concurrency", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=16, help="per generated turn")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
+    parser.add_argument("--device", default="cpu", help="the servers' device (cpu, cuda)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="the model's dtype")
     parser.add_argument("--max-spread", type=float, default=MAX_SPREAD)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
