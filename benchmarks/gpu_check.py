@@ -137,7 +137,7 @@ def _sync() -> None:
 
 
 def run_gpu_tests(args, s: Sizes) -> dict:
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
+    command = [sys.executable, "-P", "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     summary = (done.stdout.strip().splitlines() or [""])[-1]
     if done.returncode not in (0, 5):  # 5: nothing selected

@@ -37,7 +37,9 @@ class Backend:
 
 def _scene(size: int, seed: int = 0) -> Image.Image:
     rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
+    return Image.fromarray(
+        rng.integers(0, 255, (size, size * 3 // 2, 3), dtype=np.uint8)
+    )  # not square: padding paths run
 
 
 def _denodet(full: bool):
@@ -67,6 +69,45 @@ def _spa_gan(full: bool):
     return SpaGan.tiny(seed=0)  # the real generator is small: the same network at either size
 
 
+def _lae_dino(full: bool):
+    from geopilot.tools.adapters import LaeDinoOptions
+    from geopilot.tools.lae_dino import LaeDino, LaeDinoForObjectDetection, swin_t_config, tiny_tokenizer
+
+    if not full:
+        return LaeDino.tiny()
+    torch.manual_seed(0)
+    model = LaeDinoForObjectDetection(swin_t_config()).eval()  # the in-memory BERT vocabulary fits its embedding
+    options = LaeDinoOptions(box_threshold=0.0, text_threshold=0.0)
+    return LaeDino(model, tiny_tokenizer(), options, torch.device("cpu"))
+
+
+def _segearth_ov(full: bool):
+    import open_clip
+
+    from geopilot.tools.segearth_ov import UPSAMPLERS, SegEarthOptions, SegEarthOV
+
+    if not full:
+        return SegEarthOV.tiny()
+    torch.manual_seed(0)
+    opts = SegEarthOptions()
+    clip = open_clip.create_model(opts.model_name, pretrained=None, force_quick_gelu=opts.quick_gelu).eval()
+    upsampler = None if opts.upsampler == "bilinear" else UPSAMPLERS[opts.upsampler](clip.visual.output_dim).eval()
+    tokenizer = open_clip.get_tokenizer(opts.model_name)
+    return SegEarthOV(clip, tokenizer, upsampler, opts, torch.device("cpu"))
+
+
+def _remotesam(full: bool):
+    from geopilot.tools.lae_dino import tiny_tokenizer
+    from geopilot.tools.remotesam import ARCHITECTURES, RemoteSam, RemoteSamNet
+
+    if not full:
+        return RemoteSam.tiny()
+    torch.manual_seed(0)
+    tokenizer = tiny_tokenizer()
+    net = RemoteSamNet(ARCHITECTURES["swin-b"](len(tokenizer.get_vocab()))).eval()
+    return RemoteSam(net, tokenizer, torch.device("cpu"))
+
+
 def _boxes(detections) -> np.ndarray:
     return np.array([d.box for d in detections], dtype=np.float64).reshape(-1, 4)
 
@@ -75,7 +116,26 @@ def _points(graph) -> np.ndarray:
     return np.array([(p.x, p.y) if hasattr(p, "x") else tuple(p) for p in graph.nodes], dtype=np.float64).reshape(-1, 2)
 
 
+def _label_map(segments, size: tuple[int, int]) -> np.ndarray:
+    """Per-pixel class index (0 = none) from a list of SegmentClass masks."""
+    labels = np.zeros(size[::-1], dtype=np.float64)
+    for index, segment in enumerate(segments, 1):
+        labels[np.asarray(segment.mask, dtype=bool)] = index
+    return labels
+
+
 BACKENDS = [
+    Backend("lae_dino", "boxes", _lae_dino, lambda tool, image: _boxes(tool.detect(image, ["plane", "ship"])), 800),
+    Backend(
+        "segearth_ov",
+        "mask",
+        _segearth_ov,
+        lambda tool, image: _label_map(tool.segment(image, ["building", "road", "tree"]), image.size),
+        448,
+    ),
+    Backend(
+        "remotesam", "boxes", _remotesam, lambda tool, image: _boxes(tool.ground(image, "the ship on the left")), 896
+    ),
     Backend("denodet", "boxes", _denodet, lambda tool, image: _boxes(tool.detect(image)), 512),
     Backend("sam_road", "points", _sam_road, lambda tool, image: _points(tool.extract(image)), 1024),
     Backend(
@@ -85,16 +145,23 @@ BACKENDS = [
 
 
 def moved(tool, device: torch.device, dtype: torch.dtype):
-    """A copy of `tool` whose network lives on `device` in `dtype`, as the backend's loader places it."""
+    """A copy of `tool` whose networks live on `device` in `dtype`, as the backend's loader places them."""
     other = copy.deepcopy(tool)
-    other.model = other.model.to(device, dtype)
-    other.device, other.dtype = device, dtype
+    for name, value in vars(other).items():
+        if isinstance(value, torch.nn.Module):
+            setattr(other, name, value.to(device, dtype))
+    other.device = device
+    if "dtype" in vars(other):  # backends that cache their dtype (the others read it off their weights)
+        other.dtype = dtype
     return other
 
 
 def difference(kind: str, reference: np.ndarray, reduced: np.ndarray) -> tuple[float, str]:
     if reference.shape != reduced.shape:
         return float("inf"), f"{len(reduced)} vs {len(reference)} outputs"
+    if kind == "mask":  # label maps: the fraction of pixels whose class differs
+        changed = float((reference != reduced).mean())
+        return changed, f"{changed:.2%} of pixels differ"
     if reference.size == 0:
         return 0.0, "no outputs in either"
     largest = float(np.abs(reference - reduced).max())
