@@ -45,6 +45,10 @@ class ImageInputError(GeoPilotInputError):
     """An image that cannot be used: missing, not an image, corrupt, truncated or too large."""
 
 
+class ImageTooLargeError(ImageInputError):
+    """An image over a size limit (pixels, or the square the model pads it to): the API answers 413."""
+
+
 class ConfigError(GeoPilotInputError):
     """A config file or override that does not fit its typed schema."""
 

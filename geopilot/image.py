@@ -1,9 +1,11 @@
 """Image input: PNG/JPEG/TIFF (GeoTIFF through rasterio when installed), SAR and 16-bit data, size limits.
 
 Rules, in order:
-1. The pixel count is checked from the header, before anything is decoded (`max_pixels`).
-   A GeoTIFF larger than the limit is read decimated to fit it (GDAL reads overviews or subsamples);
-   any other format is refused.
+1. The size is checked from the header, before anything is decoded, against `max_pixels` twice: the pixel count,
+   and the square of the longest side, because the model pads every image to a square of its long side (a 143-byte
+   1 x 20000 PNG would otherwise cost a 20000 x 20000 buffer). A GeoTIFF over the limit is read decimated to fit it
+   (GDAL reads overviews or subsamples); any other format is refused (`ImageTooLargeError`, 413 in the API), as is
+   one over Pillow's own decompression-bomb limit.
 2. Data deeper than 8 bits (16-bit, 32-bit int, float) is stretched to 8 bits per band with a percentile rule:
    `lo, hi = percentile(band, 2), percentile(band, 98)` over finite values, `out = clip((x - lo) / (hi - lo), 0, 1) * 255`.
    8-bit data is used as is.
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from geopilot.errors import ImageInputError
+from geopilot.errors import ImageInputError, ImageTooLargeError
 
 if TYPE_CHECKING:
     from geopilot.sample import Modality
@@ -103,13 +105,20 @@ def _pil_to_array(image: Image.Image) -> np.ndarray:
     return np.asarray(image)  # I;16*, I, F: deeper than 8 bits, stretched by to_rgb_uint8
 
 
-def _check_pixels(width: int, height: int, max_pixels: int, name: str) -> None:
+def check_size(width: int, height: int, max_pixels: int, name: str) -> None:
+    """Rule 1: refuse an empty image, more than `max_pixels` pixels, or a padded square over `max_pixels`."""
     if width <= 0 or height <= 0:
         raise ImageInputError(f"{name}: the image is empty ({width}x{height} pixels)")
     if width * height > max_pixels:
-        raise ImageInputError(
+        raise ImageTooLargeError(
             f"{name}: {width}x{height} = {width * height:,} pixels exceeds the limit of {max_pixels:,} "
             "(a decompression bomb or a scene to tile; raise max_pixels or crop it)"
+        )
+    side = max(width, height)
+    if side * side > max_pixels:
+        raise ImageTooLargeError(
+            f"{name}: {width}x{height} is padded to a {side}x{side} square for the model ({side * side:,} pixels), "
+            f"over the limit of {max_pixels:,}; crop it into tiles closer to square"
         )
 
 
@@ -123,11 +132,11 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str) -> LoadedImag
                 f"{name}: not an image file in a format GeoPilot reads (PNG, JPEG, TIFF, WebP)"
             ) from None
         except Image.DecompressionBombError as err:
-            raise ImageInputError(f"{name}: refused as a decompression bomb ({err})") from None
+            raise ImageTooLargeError(f"{name}: refused as a decompression bomb ({err})") from None
         except OSError as err:
             raise ImageInputError(f"{name}: cannot be opened: {err}") from None
     with handle:
-        _check_pixels(handle.width, handle.height, max_pixels, name)
+        check_size(handle.width, handle.height, max_pixels, name)
         try:
             handle.load()
         except (OSError, SyntaxError, ValueError) as err:  # truncated or corrupt data
@@ -148,7 +157,7 @@ def _open_with_rasterio(path: Path, max_pixels: int) -> LoadedImage:
         raise ImageInputError(f"{path}: cannot be read as a raster: {err}") from None
     with dataset:
         width, height = dataset.width, dataset.height
-        scale = min(1.0, (max_pixels / float(width * height)) ** 0.5)
+        scale = min(1.0, max_pixels**0.5 / max(width, height))  # rule 1: the padded square fits max_pixels
         out_w, out_h = max(1, int(width * scale)), max(1, int(height * scale))
         bands = list(range(1, min(dataset.count, 3) + 1))
         try:
@@ -181,14 +190,14 @@ def load_image(
 ) -> LoadedImage:
     """Any supported input -> 8-bit RGB (+ georeference for GeoTIFFs). Raises ImageInputError with the reason."""
     if isinstance(source, Image.Image):
-        _check_pixels(source.width, source.height, max_pixels, "image")
+        check_size(source.width, source.height, max_pixels, "image")
         return LoadedImage(Image.fromarray(to_rgb_uint8(_pil_to_array(source)), "RGB"), None, source.size)
     if isinstance(source, np.ndarray):
         if source.ndim not in (2, 3) or source.dtype.kind not in "biuf":
             raise ImageInputError(
                 f"array: expected an (H, W) or (H, W, C) array of numbers, got shape {source.shape} of {source.dtype}"
             )
-        _check_pixels(source.shape[1], source.shape[0], max_pixels, "array")
+        check_size(source.shape[1], source.shape[0], max_pixels, "array")
         pixels = source.astype(np.uint8) if source.dtype.kind == "b" else source
         return LoadedImage(Image.fromarray(to_rgb_uint8(pixels), "RGB"), None, (source.shape[1], source.shape[0]))
     if isinstance(source, (bytes, bytearray, memoryview)):

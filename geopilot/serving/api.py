@@ -30,7 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from geopilot.errors import GeoPilotInputError, describe_validation_error
+from geopilot.errors import GeoPilotInputError, ImageTooLargeError, describe_validation_error
 from geopilot.generation import GenerationOptions
 from geopilot.network import key_matches
 from geopilot.serving.batcher import Batcher, Busy, Job
@@ -225,6 +225,8 @@ def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: i
     check_image(image, max_pixels)
     try:
         loaded = load_image(image, max_pixels)
+    except ImageTooLargeError as err:
+        raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
     except GeoPilotInputError as err:
         raise ServeError(400, f"image_url: {err}", code="bad_image") from None
     history = []

@@ -19,9 +19,13 @@ import io
 import ipaddress
 import re
 import socket
+import warnings
 from urllib.parse import urlsplit
 
 from PIL import Image, UnidentifiedImageError
+
+from geopilot.errors import GeoPilotInputError, ImageTooLargeError
+from geopilot.image import check_size
 
 
 class ServeError(Exception):
@@ -118,16 +122,23 @@ def decode_base64_image(data: str) -> bytes:
 
 
 def check_image(data: bytes, max_pixels: int) -> None:
-    """400 for bytes that are not an image, 413 for more pixels than `max_pixels` (header only, nothing decoded)."""
+    """400 for bytes that are not an image, 413 for an image over the size rule of `geopilot.image` (header only,
+    nothing decoded): more pixels than `max_pixels`, a padded square over it, or over Pillow's bomb limit."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size rule below is the one that counts
+        try:
+            with Image.open(io.BytesIO(data)) as handle:
+                width, height = handle.size
+        except Image.DecompressionBombError as err:
+            raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
+        except (UnidentifiedImageError, OSError, ValueError):
+            raise ServeError(400, "image_url: the data is not an image Pillow can read", code="bad_image") from None
     try:
-        with Image.open(io.BytesIO(data)) as handle:
-            width, height = handle.size
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError):
-        raise ServeError(400, "image_url: the data is not an image Pillow can read", code="bad_image") from None
-    if width * height > max_pixels:
-        raise ServeError(
-            413, f"image of {width}x{height} pixels is over the limit of {max_pixels:,}", code="image_too_large"
-        )
+        check_size(width, height, max_pixels, "image_url")
+    except ImageTooLargeError as err:
+        raise ServeError(413, str(err), code="image_too_large") from None
+    except GeoPilotInputError as err:
+        raise ServeError(400, str(err), code="bad_image") from None
 
 
 class UrlPolicy:

@@ -51,7 +51,8 @@ def test_the_dry_run_runs_every_section(tmp_path):
     statuses = {name: record["status"] for name, record in report["sections"].items()}
     assert statuses == dict.fromkeys(gpu_check.SECTIONS, "ok"), (statuses, done.stdout[-2000:])
     sections = report["sections"]
-    assert sections["training"]["modes"]["geopilot_length_grouped"]["useful_fraction"] > 0.9
+    modes = sections["training"]["modes"]  # a dry run has few samples: grouping must beat random padding, not a number
+    assert modes["geopilot_length_grouped"]["useful_fraction"] > modes["llava_random_padded"]["useful_fraction"]
     assert sections["inference"]["prefill_token_ratio"] > 1
     assert set(sections["inference"]["chat_batch"]) == {"1", "2"}
     assert sections["serving"]["serving_ratio"] > 0

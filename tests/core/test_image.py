@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from geopilot.errors import ImageInputError
+from geopilot.errors import ImageInputError, ImageTooLargeError
 from geopilot.image import load_image, stretch_to_uint8
 
 
@@ -68,6 +69,36 @@ def test_decompression_bomb_is_refused_before_decoding(tmp_path):
     assert path.stat().st_size < 200_000
     with pytest.raises(ImageInputError, match=r"(20000x20000|400000000 pixels).* exceeds (the )?limit"):
         load_image(path)
+
+
+def test_a_long_thin_image_is_refused_by_the_square_it_would_be_padded_to(tmp_path):
+    """A 1 x 20000 PNG is 20,000 pixels, but the model pads it to 20000 x 20000: refused from the header, at once."""
+    path = tmp_path / "strip.png"
+    write_png_header_bomb(path, 1, 20000)
+    started = time.perf_counter()
+    with pytest.raises(ImageTooLargeError, match=r"padded to a 20000x20000 square"):
+        load_image(path)
+    assert time.perf_counter() - started < 0.5
+    with pytest.raises(ImageTooLargeError, match="padded"):
+        load_image(np.zeros((20000, 1), dtype=np.uint8))  # already-decoded inputs follow the same rule
+    assert load_image(np.zeros((100, 10), dtype=np.uint8), max_pixels=10_000).image.size == (10, 100)
+
+
+def test_over_pillows_own_bomb_limit_is_too_large_not_unreadable(tmp_path):
+    path = tmp_path / "huge.png"
+    write_png_header_bomb(path, 15000, 15000)  # 225 M pixels: over Pillow's 2 x 89.5 M bomb limit
+    with pytest.raises(ImageTooLargeError, match="decompression bomb"):
+        load_image(path, max_pixels=10**9)
+
+
+def test_a_long_geotiff_is_decimated_until_its_padded_square_fits(tmp_path):
+    rasterio = pytest.importorskip("rasterio")
+
+    path = tmp_path / "strip.tif"
+    with rasterio.open(path, "w", driver="GTiff", width=4000, height=10, count=1, dtype="uint8") as dst:
+        dst.write(np.full((1, 10, 4000), 9, dtype=np.uint8))
+    loaded = load_image(path, max_pixels=1_000_000)
+    assert max(loaded.image.size) ** 2 <= 1_000_000 and loaded.source_size == (4000, 10)
 
 
 def test_text_file_named_png(tmp_path):
