@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Literal
 
 from geopilot.config import add_override_arguments, parse_command_line
 from geopilot.errors import GeoPilotInputError
-from geopilot.training.config import TrainConfig, load_train_config
+from geopilot.training.config import TrainConfig, load_train_config, result_settings
 
 log = logging.getLogger("geopilot.train")
 
@@ -65,6 +66,8 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     from geopilot.training.data import build_training_data
     from geopilot.training.deepspeed_config import zero_stage
     from geopilot.training.engine import (
+        EXPORT_INFO,
+        NonFiniteError,
         build_optimizer_and_schedule,
         build_stage_model,
         deepspeed_settings,
@@ -117,17 +120,22 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
         "total_steps": plan.total_steps,
         "steps_per_epoch": plan.steps_per_epoch,
         "data_fingerprint": hashlib.sha256("\n".join(data.dataset["id"]).encode()).hexdigest(),
+        "settings": result_settings(cfg),
     }
     _log_start(cfg, data, plan, ds_config)
 
     # --- resume: model, optimizer, scheduler, RNG (accelerate) + data position (our step counter)
-    step = 0
+    step, last_loss = 0, float("nan")
     if resume is not None:
         path, state = resume
         _check_same_run(state, run, path)
         accelerator.load_state(str(path))
-        step = state["step"]
+        step, last_loss = state["step"], state.get("loss", float("nan"))
         log.info("resumed from %s at step %d of %d", path, step, plan.total_steps)
+    if step >= plan.total_steps and (out / "export" / EXPORT_INFO).is_file():
+        log.info("this run finished at step %d: %s is kept as it is", step, out / "export")
+        accelerator.end_training()
+        return 0
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(cfg.model_dump_json(indent=1), encoding="utf-8")
@@ -145,6 +153,7 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
             "step": at_step,
             "epoch": at_step // plan.steps_per_epoch,
             "seed": cfg.optim.seed,
+            "loss": last_loss,
             "data": data.report(),
         }
 
@@ -157,7 +166,7 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
         disable=not (accelerator.is_main_process and cfg.logging.progress_bar),
     )
     model.train()
-    loss_sum, loss_count, last_loss = 0.0, 0, float("nan")
+    loss_sum, loss_count, non_finite = 0.0, 0, 0.0
     while step < plan.total_steps:
         epoch, done_in_epoch = divmod(step, plan.steps_per_epoch)
         batches.use_epoch(epoch)
@@ -173,9 +182,17 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
                     accelerator.clip_grad_norm_(model.parameters(), cfg.optim.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad()
-            loss_sum, loss_count = loss_sum + loss.detach().float().item(), loss_count + 1
+            micro_loss = loss.detach().float().item()
+            loss_sum, loss_count = loss_sum + micro_loss, loss_count + 1
+            non_finite += 0.0 if math.isfinite(micro_loss) else 1.0
             if not accelerator.sync_gradients:
                 continue
+            # every process learns whether any diverged (one tiny all-reduce a step), so all stop together
+            if float(accelerator.reduce(torch.tensor(non_finite, device=accelerator.device), "sum")) > 0:
+                raise NonFiniteError(
+                    f"step {step + 1}: the loss is not finite (NaN or inf); stopped with nothing exported, the last "
+                    f"complete checkpoint is kept; lower optim.lr ({cfg.optim.lr:g}) or check the data"
+                )
             scheduler.step()
             step += 1
             progress.update(1)
@@ -243,9 +260,18 @@ class SampleLog:
 def _check_same_run(state: dict, run: dict, path: Path) -> None:
     from geopilot.training.checkpoint import CheckpointError
 
-    changed = [key for key, value in run.items() if state.get(key) != value]
+    if "settings" not in state:  # written before settings were part of a run's identity
+        log.warning("%s does not record its settings: only the step plan and data are checked", path)
+        state = {**state, "settings": run["settings"]}
+    old, new = state["settings"], run["settings"]
+    changed = [
+        f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)
+    ]
+    changed += [
+        f"{k}: {state.get(k)!r} -> {value!r}" for k, value in run.items() if k != "settings" and state.get(k) != value
+    ]
     if changed:
-        details = ", ".join(f"{k}: {state.get(k)!r} -> {run[k]!r}" for k in changed)
+        details = ", ".join(changed)
         raise CheckpointError(
             f"{path} belongs to a different run ({details}); use a new output_dir or checkpoint.resume=false"
         )

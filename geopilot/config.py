@@ -19,9 +19,9 @@ ConfigT = TypeVar("ConfigT", bound="StrictConfig")
 
 
 class StrictConfig(BaseModel):
-    """Base for every config: no unknown keys, validated on assignment too."""
+    """Base for every config: no unknown keys, no NaN/Infinity (`lr=.inf` trained to NaN), validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
 
 
 def parse_overrides(overrides: list[str]) -> dict:

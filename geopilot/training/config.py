@@ -8,7 +8,7 @@ misspelt key fails with its dotted path before anything is built.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -38,10 +38,10 @@ class OptimConfig(StrictConfig):
     max_steps: int | None = Field(default=None, ge=1)  # caps the optimizer steps (smoke runs, tests)
     global_batch_size: int = Field(default=144, ge=1)  # = per_device_batch_size x grad-accum x world size
     per_device_batch_size: int = Field(default=9, ge=1)
-    lr: float = Field(default=2e-5, gt=0.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
+    lr: float = Field(default=2e-5, gt=0.0, le=1.0)  # over 1 is a typo, not a setting (1e30 trained to NaN)
+    weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0.0, le=1.0)
     warmup_ratio: float = Field(default=0.03, ge=0.0, lt=1.0)
     scheduler: Literal["cosine", "linear", "constant"] = "cosine"
     max_grad_norm: float = Field(default=1.0, ge=0.0)  # 0 turns clipping off
@@ -129,6 +129,34 @@ class TrainConfig(StrictConfig):
         if self.data.cache_dir:
             return Path(self.data.cache_dir)
         return Path(self.output_dir).resolve().parent / ".cache" / "tokenised"
+
+
+# Settings that do not change what a run computes: where it writes, how often it logs or checkpoints, caches, workers.
+RESULT_NEUTRAL = (
+    "output_dir",
+    "checkpoint.",
+    "logging.",
+    "data.cache_dir",
+    "data.num_workers",
+    "data.image_cache",
+    "optim.gradient_checkpointing",
+    "engine.backend",
+)
+
+
+def result_settings(cfg: TrainConfig) -> dict[str, object]:
+    """Every setting that changes the trained weights, flattened to dotted keys: a run's identity on resume."""
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{prefix}{key}.", item)
+        else:
+            flat[prefix[:-1]] = value
+
+    walk("", cfg.model_dump(mode="json"))
+    return {k: v for k, v in flat.items() if not any(k == n or k.startswith(n) for n in RESULT_NEUTRAL)}
 
 
 def load_train_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:

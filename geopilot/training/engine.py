@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from geopilot.errors import ConfigError, WeightsError
+from geopilot.errors import ConfigError, GeoPilotInputError, WeightsError
 from geopilot.training import deepspeed_config
 from geopilot.training.config import TrainConfig
 
@@ -140,6 +140,25 @@ def stage_one_export(cfg: TrainConfig) -> Path:
     return path
 
 
+class NonFiniteError(GeoPilotInputError):
+    """NaN or inf where a run must never have them: the loss, loaded weights, weights about to be exported."""
+
+
+def non_finite_tensors(model) -> list[str]:
+    """Names of the parameters holding NaN or inf (under ZeRO-3 outside a gather, only this process's shard)."""
+    import torch
+
+    return [name for name, param in model.named_parameters() if not bool(torch.isfinite(param.detach()).all())]
+
+
+def refuse_non_finite(model, what: str) -> None:
+    bad = non_finite_tensors(model)
+    if bad:
+        total = sum(1 for _ in model.parameters())
+        shown = ", ".join(bad[:3]) + (", ..." if len(bad) > 3 else "")
+        raise NonFiniteError(f"{what}: {len(bad)} of {total} weight tensors hold NaN or inf ({shown})")
+
+
 def build_stage_model(cfg: TrainConfig):
     """(model with the stage's trainable parameters, processor). Build after the accelerator (ZeRO-3 init)."""
     from geopilot.model import build_model
@@ -147,6 +166,8 @@ def build_stage_model(cfg: TrainConfig):
     if cfg.stage == 2:
         stage_one_export(cfg)
     model, processor = build_model(cfg.model)
+    if cfg.model.init != "tiny":  # loaded weights: a diverged export must not become the next stage's start
+        refuse_non_finite(model, f"the weights of model.init={cfg.model.init}")
     apply_freeze(model, cfg)
     if cfg.optim.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from geopilot.training.engine import EXPORT_INFO
+from geopilot.training.engine import EXPORT_INFO, refuse_non_finite
 
 
 def git_revision(cwd: str | Path | None = None) -> str:
@@ -57,6 +57,7 @@ def export_model(accelerator, model, processor, out_dir: str | Path, info: dict)
     unwrapped = accelerator.unwrap_model(model)
     result = None
     with _gathered(accelerator, unwrapped):
+        refuse_non_finite(unwrapped, f"export to {out_dir}")  # every process holds the same (gathered) weights
         if accelerator.is_main_process:
             if hasattr(unwrapped, "merge_and_unload"):  # peft: fold the adapters into the base weights
                 unwrapped = unwrapped.merge_and_unload()

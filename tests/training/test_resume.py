@@ -76,7 +76,7 @@ def test_killed_run_resumes_to_the_same_parameters_and_sample_order(small_datase
 
     # resuming with a different plan is refused rather than silently mixing two runs
     assert train.main(stage1_args(small_dataset, resumed, "optim.max_steps=4", "optim.epochs=3")) == 2
-    assert "belongs to a different run (total_steps: 5 -> 4)" in capsys.readouterr().err
+    assert "belongs to a different run (optim.max_steps: 5 -> 4, total_steps: 5 -> 4)" in capsys.readouterr().err
 
     # a truncated checkpoint is rejected (never loaded) in favour of the previous complete one
     store = CheckpointStore(reference / "checkpoints")
