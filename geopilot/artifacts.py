@@ -7,6 +7,8 @@
   what is at the target (an existing name, a planted symlink: `FileExistsError`, and another name is drawn), so
   a published artefact is complete, is a new file, and nothing already there is overwritten or written through.
 - A cancelled call (`geopilot.cancellation`) publishes nothing: the check comes after writing, before linking.
+- How many: `prune_artifacts` keeps the newest N of one kind (`<stem>-<hex><suffix>`) and never touches other files,
+  so a long-running server's folder stays bounded.
 
     path = publish_artifact(artifacts_dir, "remove_clouds", ".png", lambda target: image.save(target))
 """
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -62,3 +65,20 @@ def publish_artifact(directory: str | Path, stem: str, suffix: str, write: Calla
         raise FileExistsError(f"no free artefact name in {directory} after {NAME_ATTEMPTS} attempts")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def prune_artifacts(directory: str | Path, stem: str, suffix: str, keep: int) -> int:
+    """Delete all but the newest `keep` artefacts named `<stem>-<12 hex><suffix>` in `directory`; returns how many
+    went. Files of any other name are never touched."""
+    pattern = re.compile(rf"{re.escape(stem)}-[0-9a-f]{{12}}{re.escape(suffix)}")
+    ours = []
+    for path in Path(directory).iterdir():
+        if pattern.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            try:
+                ours.append((path.stat().st_mtime_ns, path.name, path))
+            except FileNotFoundError:  # pruned by another thread meanwhile
+                continue
+    ours.sort(reverse=True)
+    for _, _, path in ours[keep:]:
+        path.unlink(missing_ok=True)
+    return max(0, len(ours) - keep)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from typing import Any
 
 import anyio
@@ -32,7 +30,7 @@ from mcp.server.lowlevel import Server
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
-from geopilot.network import is_loopback, key_matches
+from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
 
@@ -43,7 +41,6 @@ IMAGE_SCHEMA = {
     "description": "the image: base64-encoded PNG/JPEG/TIFF/WebP bytes (optionally as a data:image/...;base64, URI), "
     "or a path to a file under the server's image roots, if it has any. URLs are refused.",
 }
-API_KEY_ENV = "GEOPILOT_API_KEY"
 
 
 def input_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
@@ -115,49 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_override_arguments(parser, "device=cpu max_pixels=50000000 'image_roots=[/data/scenes]'")
 
 
-def http_api_key(host: str, api_key: str | None) -> str | None:
-    """The key HTTP requests must carry; refuses a non-loopback bind without one (and warns about it with one)."""
-    key = api_key or os.environ.get(API_KEY_ENV) or None
-    if not is_loopback(host):
-        if key is None:
-            raise GeoPilotInputError(
-                f"refusing to serve MCP on {host} (not loopback) without an API key: pass --api-key or set {API_KEY_ENV}"
-            )
-        print(
-            f"geopilot mcp: warning: serving on {host}, reachable from other machines; every request needs the API key",
-            file=sys.stderr,
-        )
-    return key
-
-
-class RequireApiKey:
-    """ASGI middleware: 401 unless the Authorization header carries the key (geopilot.network.key_matches)."""
-
-    def __init__(self, app, key: str):
-        self.app, self.key = app, key
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            if not key_matches(headers.get(b"authorization", b"").decode("latin-1") or None, self.key):
-                body = json.dumps({"error": "missing or wrong API key (Authorization: Bearer KEY)"}).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-
 def run(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import build_registry, load_tools_config
 
     config = load_tools_config(args.config, args.overrides)
-    key = http_api_key(args.host, args.api_key) if args.transport == "http" else None
+    key = server_api_key("mcp", args.host, args.api_key) if args.transport == "http" else None
     access = ImageAccessPolicy.from_roots(config.image_roots)
     if args.catalog:
         from geopilot.tools.indicators.tools import build_indicator_registry

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.network import is_loopback
+from geopilot.network import API_KEY_ENV, is_loopback, server_api_key
 
 MIB = 2**20
 
@@ -58,9 +58,10 @@ def build_config(args: argparse.Namespace):
     from geopilot.errors import describe_validation_error
     from geopilot.serving.config import ServeConfig
 
-    key = args.api_key or os.environ.get("GEOPILOT_API_KEY") or None
-    if key is None and not is_loopback(args.host) and args.controller is None:
-        raise GeoPilotInputError(f"refusing to serve on {args.host} without an API key (--api-key or GEOPILOT_API_KEY)")
+    if args.controller is None:
+        key = server_api_key("serve", args.host, args.api_key)
+    else:  # a FastChat worker: the controller in front of it is what clients reach
+        key = args.api_key or os.environ.get(API_KEY_ENV) or None
     try:
         return ServeConfig(
             model_name=Path(args.model).name or str(args.model),

@@ -165,17 +165,17 @@ def _png_b64() -> str:
 
 
 def test_non_loopback_http_needs_an_api_key(monkeypatch, capsys):
-    from geopilot.tools.mcp_server import http_api_key
+    from geopilot.network import server_api_key
 
     monkeypatch.delenv("GEOPILOT_API_KEY", raising=False)
     assert main(["mcp", "--transport", "http", "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "without an API key" in err
-    assert http_api_key("127.0.0.1", None) is None
-    assert http_api_key("0.0.0.0", "k3y") == "k3y"
+    assert server_api_key("mcp", "127.0.0.1", None) is None
+    assert server_api_key("mcp", "0.0.0.0", "k3y") == "k3y"
     assert "warning: serving on 0.0.0.0" in capsys.readouterr().err
     monkeypatch.setenv("GEOPILOT_API_KEY", "from-env")
-    assert http_api_key("10.0.0.5", None) == "from-env"
+    assert server_api_key("mcp", "10.0.0.5", None) == "from-env"
 
 
 def test_mcp_help_shows_defaults(capsys):

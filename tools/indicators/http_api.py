@@ -3,21 +3,28 @@
     GET  /health                  liveness
     GET  /tools                   name, description, input and data schema of every tool
     POST /tools/{name}            body = the tool's params; 200 with the ToolResult, 400 when the tool
-                                  fails (the same `error` text the agent and the MCP server see), 504 on timeout
+                                  fails (the same `error` text the agent and the MCP server see), 504 on timeout,
+                                  422 for a body that does not fit the params (NaN/Infinity included)
+    GET  /artifacts/{name}        a chart a call made: its `artifacts[].path` is this name, never a server path
 
 Every call goes through the same `ToolRegistry.call` as the agent loop and `geopilot mcp --catalog`, so the three
-return identical results. Binds 127.0.0.1 unless told otherwise.
+return identical results. Binds 127.0.0.1 unless told otherwise; any other address needs an API key
+(`--api-key` or GEOPILOT_API_KEY, the check `geopilot serve` and `geopilot mcp` use), and then every route but
+/health needs it.
 """
 
 import argparse
-import sys
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from fastapi import Body, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi import Body, FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel
 
+from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
@@ -33,10 +40,44 @@ class ToolCallResponse(BaseModel):
 
 
 ERROR_STATUS = {"timeout": 504}  # any other failure of a valid request (no such area, display-only layer): 400
+SERVED_ARTIFACTS = 200  # the names /artifacts answers for: the newest charts this server made (as the tools prune)
 
 
-def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools") -> FastAPI:
+class ArtifactNames:
+    """Public name -> file for the artefacts this server's calls made; nothing else is ever served."""
+
+    def __init__(self, keep: int = SERVED_ARTIFACTS):
+        self.keep, self.paths, self.lock = keep, OrderedDict[str, Path](), threading.Lock()
+
+    def publish(self, output: ToolOutput | None) -> ToolOutput | None:
+        if output is None or not output.artifacts:
+            return output
+        artifacts = []
+        with self.lock:
+            for artifact in output.artifacts:
+                path = Path(artifact.path)
+                self.paths[path.name] = path
+                self.paths.move_to_end(path.name)
+                artifacts.append(artifact.model_copy(update={"path": path.name}))
+            while len(self.paths) > self.keep:
+                self.paths.popitem(last=False)
+        return output.model_copy(update={"artifacts": artifacts})
+
+    def path(self, name: str) -> Path | None:
+        with self.lock:
+            return self.paths.get(name)
+
+
+def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools", api_key: str | None = None):
+    """The FastAPI app (behind the API-key middleware when `api_key` is given)."""
     app = FastAPI(title=title, version="1.0", description=__doc__.split("\n\n")[0])
+    names = ArtifactNames()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request, err: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes the input back, and an echoed NaN cannot be encoded (a 500)
+        detail = [{key: e[key] for key in ("type", "loc", "msg") if key in e} for e in err.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -46,20 +87,27 @@ def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools") 
     def list_tools() -> list[dict[str, Any]]:
         return registry.schemas()
 
+    @app.get("/artifacts/{name}", response_class=FileResponse)
+    def artifact(name: str) -> FileResponse:
+        path = names.path(name)
+        if path is None or not path.is_file():
+            raise HTTPException(404, f"no artefact {name!r} (only the newest {SERVED_ARTIFACTS} are kept)")
+        return FileResponse(path)
+
     for tool in registry:
         app.add_api_route(
             f"/tools/{tool.name}",
-            _endpoint(registry, tool.name, tool.params_model),
+            _endpoint(registry, tool.name, tool.params_model, names),
             methods=["POST"],
             name=tool.name,
             summary=tool.description,
             response_model=ToolCallResponse,
             responses={400: {"model": ToolCallResponse}, 504: {"model": ToolCallResponse}},
         )
-    return app
+    return RequireApiKey(app, api_key, open_paths=("/health",)) if api_key else app
 
 
-def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel]):
+def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel], names: ArtifactNames):
     optional = not params_model.model_fields  # a tool without parameters takes an empty or missing body
 
     def call(params: params_model = Body(None if optional else ...)):  # type: ignore[valid-type]
@@ -68,7 +116,7 @@ def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel]):
         body = ToolCallResponse(
             tool=result.tool,
             params=result.params,
-            output=result.output,
+            output=names.publish(result.output),
             error=result.error,
             error_kind=result.error_kind,
             seconds=round(result.seconds, 4),
@@ -87,6 +135,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
     serve.add_argument("--port", type=int, default=8790, help="port (default: %(default)s)")
     serve.add_argument("--artifacts-dir", default=None, help="where charts are written (default: a private temp dir)")
+    serve.add_argument(
+        "--api-key", default=None, help=f"the bearer token every request must carry (default: env {API_KEY_ENV})"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,8 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     from geopilot.tools.indicators.tools import build_indicator_registry
 
+    key = server_api_key("indicators", args.host, args.api_key)
     registry = build_indicator_registry(Path(args.catalog), args.artifacts_dir)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: serving on {args.host}: anyone who can reach it can run the tools", file=sys.stderr)
-    uvicorn.run(create_app(registry), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(registry, api_key=key), host=args.host, port=args.port, log_level="warning")
     return 0

@@ -12,8 +12,6 @@ are raised as GeoPilotInputError and come back through `ToolRegistry.call` as th
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from geopilot.artifacts import artifacts_dir as artifacts_folder
+from geopilot.artifacts import prune_artifacts, publish_artifact
 from geopilot.errors import GeoPilotInputError
 from geopilot.tool_output import Artifact, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
@@ -31,10 +31,11 @@ from geopilot.tools.indicators.zonal import ZonalStats, zonal_stats
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 STATS = ("mean", "min", "max", "std")
 MAX_AREAS = 20
+MAX_CHARTS = 200  # newest charts kept per artefact folder: a long-running server's folder stays bounded
 
 
 class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a NaN threshold is a 422
 
 
 class _Data(BaseModel):
@@ -131,7 +132,7 @@ class RejectParams(_Params):
 class Context:
     catalog: Catalog
     areas: AreaIndex
-    artifacts_dir: Path
+    configured_artifacts_dir: Path | None  # None: this process's private folder, made on the first chart
 
     def analysable(self, layer_id: str, date: str | None = None) -> tuple[Layer, str | None]:
         layer = self.catalog.layer(layer_id)
@@ -340,16 +341,18 @@ def generate_chart(ctx: Context, params: ChartParams) -> ToolOutput:
     axes.set_title(f"{layer.id}{f' {date}' if date else ''}")
     axes.tick_params(axis="x", rotation=30)
     figure.tight_layout()
-    handle, name = tempfile.mkstemp(prefix="chart-", suffix=".png", dir=ctx.artifacts_dir)
-    with os.fdopen(handle, "wb") as out:
-        figure.savefig(out, format="png", dpi=100)
-    plt.close(figure)
+    folder = artifacts_folder(ctx.configured_artifacts_dir)
+    try:
+        name = publish_artifact(folder, "chart", ".png", lambda target: figure.savefig(target, format="png", dpi=100))
+    finally:
+        plt.close(figure)
+    prune_artifacts(folder, "chart", ".png", keep=MAX_CHARTS)
     data = {
         "layer": layer.id,
         "metric": params.metric,
         "values": {a.name: v for a, v in zip(areas, values, strict=True)},
     }
-    return ToolOutput(data=data, artifacts=[Artifact(kind="image", path=name)])
+    return ToolOutput(data=data, artifacts=[Artifact(kind="image", path=str(name))])
 
 
 def buffer_area(ctx: Context, params: BufferParams) -> dict:
@@ -487,8 +490,9 @@ def build_indicator_registry(
     catalog: str | Path | Catalog, artifacts_dir: str | Path | None = None, timeout_s: float = 60.0
 ) -> ToolRegistry:
     catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
-    folder = Path(artifacts_dir) if artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="geopilot-charts-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    if artifacts_dir is not None and (str(artifacts_dir).strip() == "" or Path(artifacts_dir).is_file()):
+        raise GeoPilotInputError(f"artifacts dir {str(artifacts_dir)!r} is not a folder (give a folder, or omit it)")
+    folder = Path(artifacts_dir) if artifacts_dir is not None else None
     context = Context(catalog, AreaIndex(catalog), folder)
     tools = [IndicatorTool(name, text, model, function, context) for name, text, model, function in TOOLS]
     return ToolRegistry(tools, timeout_s=timeout_s)
