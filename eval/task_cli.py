@@ -76,8 +76,12 @@ def _read_jsonl(path: str, what: str) -> list[dict]:
     file = Path(path)
     if not file.is_file():
         raise GeoPilotInputError(f"{what} file {file} not found")
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise GeoPilotInputError(f"{what} file {file} is not UTF-8 text (expected JSON lines)") from None
     rows = []
-    for number, line in enumerate(file.read_text(encoding="utf-8-sig").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         row = parse_json_object(line, f"{file}:{number}")

@@ -27,6 +27,7 @@ import anyio
 import mcp.types as types
 from mcp.server.lowlevel import Server
 
+from geopilot.argtypes import port
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
@@ -101,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="how clients connect")
     parser.add_argument("--host", default="127.0.0.1", help="http only: address to bind (not loopback: needs a key)")
-    parser.add_argument("--port", type=int, default=8765, help="http only")
+    parser.add_argument("--port", type=port, default=8765, help="http only")
     parser.add_argument(
         "--api-key",
         default=None,

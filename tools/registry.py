@@ -19,9 +19,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from geopilot.argtypes import output_folder_problem
 from geopilot.artifacts import artifacts_dir as resolve_artifacts_dir
 from geopilot.config import StrictConfig, describe_validation_error, load_config
 from geopilot.errors import ConfigError, GeoPilotInputError
@@ -69,6 +70,14 @@ class ToolsConfig(StrictConfig):
     # accept inline image bytes only. The CLI on the user's own files does not use this (geopilot/image_access.py).
     image_roots: list[str] = []
     tools: dict[str, ToolBinding]
+
+    @field_validator("artifacts_dir")
+    @classmethod
+    def _a_folder_to_write(cls, path: str | None) -> str | None:
+        problem = None if path is None else output_folder_problem(path)
+        if problem:
+            raise ValueError(problem)
+        return path
 
     @model_validator(mode="after")
     def _binds_the_ten_tools(self) -> ToolsConfig:

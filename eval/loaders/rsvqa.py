@@ -44,13 +44,23 @@ def _list(path: Path, key: str) -> list:
     return entries
 
 
-def _by_id(entries: list) -> dict[int, dict]:
-    """Index a list by `id` (position equals id in the real files; checked rather than assumed)."""
+def _by_id(entries: list, what: str, report: ReadReport) -> dict[int, dict]:
+    """Index a list by `id` (position equals id in the real files; checked rather than assumed). An entry whose id
+    is not a whole number is skipped and counted, the rest are read."""
     table = {}
     for position, entry in enumerate(entries):
         if isinstance(entry, dict):
-            table[int(entry.get("id", position))] = entry
+            try:
+                table[_whole_number(entry.get("id", position))] = entry
+            except ValueError:
+                report.skip(MALFORMED_LINE, f"{what}[{position}]: id {entry.get('id')!r} is not a whole number")
     return table
+
+
+def _whole_number(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(value)
 
 
 def _image(root: Path, folder: str, img_id) -> Path:
@@ -70,11 +80,11 @@ def load_rsvqa(root: Path | str, benchmark: str = "lr", split: str | None = None
         raise BenchmarkError(f"RSVQA: {root} is not a directory (expected *_questions.json, *_answers.json)")
     prefix, image_dir, default_split, bench_file = LAYOUT[benchmark]
     split = split or default_split
-    questions = _by_id(_list(root / f"{prefix}_{split}_questions.json", "questions"))
-    answers = _by_id(_list(root / f"{prefix}_{split}_answers.json", "answers"))
     loaded_name = f"RSVQA-{benchmark.upper()}"
     items, notes = [], []
     report = ReadReport()
+    questions = _by_id(_list(root / f"{prefix}_{split}_questions.json", "questions"), "questions", report)
+    answers = _by_id(_list(root / f"{prefix}_{split}_answers.json", "answers"), "answers", report)
     bench_path = root / bench_file
     if bench_path.is_file():
         notes.append(f"questions from {bench_file}; answers joined from {prefix}_{split}_answers.json by question_id")
@@ -84,7 +94,7 @@ def load_rsvqa(root: Path | str, benchmark: str = "lr", split: str | None = None
                 continue
             try:
                 row = json.loads(line)
-                selection.append((int(row["question_id"]), row))
+                selection.append((_whole_number(row["question_id"]), row))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 report.skip(MALFORMED_LINE, f"{bench_file}:{number}: {err}")
     else:
@@ -95,7 +105,10 @@ def load_rsvqa(root: Path | str, benchmark: str = "lr", split: str | None = None
             report.skip(MALFORMED_LINE, f"question {qid}: not in the questions JSON")
             continue
         answer_ids = question.get("answers_ids") or []
-        answer = answers.get(int(answer_ids[0])) if answer_ids else None
+        try:
+            answer = answers.get(_whole_number(answer_ids[0])) if isinstance(answer_ids, list) and answer_ids else None
+        except ValueError:
+            answer = None
         if answer is None or not isinstance(answer.get("answer"), str):
             report.skip(MALFORMED_LINE, f"question {qid}: no answer for answers_ids {answer_ids}")
             continue

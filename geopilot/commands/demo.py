@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from geopilot.demo.settings import PHASES
+from geopilot.argtypes import int_in, output_folder
+from geopilot.demo.settings import MAX_THREADS, PHASES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, type=Path, help="the run folder (e.g. runs/demo); rerun to resume")
+    parser.add_argument(
+        "--out", required=True, type=output_folder, help="the run folder (e.g. runs/demo); rerun to resume"
+    )
     parser.add_argument("--quick", action="store_true", help="a reduced run (a few minutes; what the slow tests use)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of data, training and evaluation (default 0)")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=int_in(1, MAX_THREADS),
         default=None,
         help="torch threads (default: 2, or 1 on a 1-CPU machine); use 1 when something else is busy",
     )

@@ -48,7 +48,7 @@ def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
     if out.exists() and not out.is_dir():
         raise GeoPilotInputError(f"--out {str(out)!r} exists and is not a folder")
     if layout.settings.is_file():
-        started = json.loads(layout.settings.read_text(encoding="utf-8"))
+        started = _read_record(layout.settings, "the demo's settings")
         if started.get("fingerprint") != settings.fingerprint():
             changed = sorted(
                 key for key, value in settings.model_dump(mode="json").items() if started["settings"].get(key) != value
@@ -56,6 +56,12 @@ def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
             raise GeoPilotInputError(
                 f"{str(out)!r} holds a demo run with other settings (differs in: {', '.join(changed)}); "
                 "use a new --out folder, or rerun with the same settings to resume or reuse it"
+            )
+        read_results(layout)  # every phase marker readable, before any phase runs
+        if layout.marker("data").is_file() and not layout.train_file.is_file():
+            raise GeoPilotInputError(
+                f"{str(layout.marker('data'))!r} says the data phase finished, but {str(layout.train_file)!r} is "
+                "gone; use a new --out folder (or delete the phases/ markers to redo every phase)"
             )
         return layout.marker("report").is_file()
     if out.is_dir() and any(out.iterdir()):
@@ -79,10 +85,26 @@ def read_results(layout: Layout) -> dict:
     results, seconds = {}, {}
     for phase in PHASES:
         if layout.marker(phase).is_file():
-            done = json.loads(layout.marker(phase).read_text(encoding="utf-8"))
+            done = _read_record(layout.marker(phase), f"the {phase} phase's marker")
+            if not {"result", "seconds"} <= done.keys():
+                raise GeoPilotInputError(f"{str(layout.marker(phase))!r} is not a phase marker GeoPilot wrote")
             results[phase], seconds[phase] = done["result"], done["seconds"]
     results["seconds"] = seconds
     return results
+
+
+def _read_record(path: Path, what: str) -> dict:
+    """A JSON object GeoPilot wrote atomically; anything else was damaged from outside: one line, never a guess."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GeoPilotInputError(
+            f"{str(path)!r} ({what}) cannot be read ({type(err).__name__}); it was changed outside the demo: "
+            "use a new --out folder"
+        ) from None
+    if not isinstance(record, dict):
+        raise GeoPilotInputError(f"{str(path)!r} ({what}) is not a JSON object; use a new --out folder")
+    return record
 
 
 def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str = "report") -> Path:

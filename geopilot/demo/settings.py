@@ -18,6 +18,7 @@ from geopilot.config import StrictConfig
 from geopilot.model import TinyModelConfig
 
 PHASES = ("data", "stage1", "stage2", "evaluate", "chats", "report")
+MAX_THREADS = 256  # torch threads; more is a typo (100000 threads exhausted the process)
 
 
 def available_cpus() -> int:
@@ -53,7 +54,7 @@ class DemoSettings(StrictConfig):
     eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
     max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
     # torch threads: part of the result (same seed and threads, same numbers); both cores of a 2-core machine
-    threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1)
+    threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1, le=MAX_THREADS)
 
     @classmethod
     def preset(cls, quick: bool, seed: int = 0, threads: int | None = None) -> DemoSettings:

@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from geopilot.argtypes import finite_float, port
 from geopilot.errors import GeoPilotInputError
 from geopilot.network import API_KEY_ENV, is_loopback, server_api_key
 
@@ -25,19 +26,28 @@ MIB = 2**20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (llava-hf layout, e.g. a training export)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port, default=8000)
     parser.add_argument(
         "--api-key", default=None, help="required on every route but /health (default: env GEOPILOT_API_KEY)"
     )
     parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
     parser.add_argument("--max-batch", type=int, default=8, help="requests per batched chat (1: no batching)")
-    parser.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long a request waits for a batch")
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=finite_float(0.0, low_open=False),
+        default=10.0,
+        help="how long a request waits for a batch",
+    )
     parser.add_argument("--controller", default=None, help="run as a FastChat worker registered with this controller")
     parser.add_argument("--engine-url", default=None, help="OpenAI-compatible server for the LLM turns (e.g. vLLM /v1)")
     parser.add_argument("--max-concurrency", type=int, default=64, help="requests admitted at once; more get 503")
-    parser.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request (then 504)")
-    parser.add_argument("--tool-timeout", type=float, default=60.0, help="seconds per tool call")
-    parser.add_argument("--max-body-mb", type=float, default=20.0, help="request body limit (then 413)")
+    parser.add_argument(
+        "--request-timeout", type=finite_float(0.0), default=300.0, help="seconds per request (then 504)"
+    )
+    parser.add_argument("--tool-timeout", type=finite_float(0.0), default=60.0, help="seconds per tool call")
+    parser.add_argument(
+        "--max-body-mb", type=finite_float(0.0, 4096.0), default=20.0, help="request body limit (then 413)"
+    )
     parser.add_argument("--max-image-pixels", type=int, default=40_000_000, help="image size limit (then 413)")
     parser.add_argument(
         "--allow-url-host",
@@ -107,7 +117,10 @@ def build_pilot(args: argparse.Namespace, config):
 
 
 def run(args: argparse.Namespace) -> int:
+    from geopilot.tools.registry import load_tools_config
+
     config = build_config(args)
+    load_tools_config(args.tools)  # a missing or bad tools YAML is this command's error, not every client's 400
     pilot = build_pilot(args, config)
     if args.controller:
         from geopilot.serving.worker import serve_worker

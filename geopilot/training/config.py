@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from geopilot.argtypes import output_folder_problem
 from geopilot.config import StrictConfig, load_config
 from geopilot.errors import ConfigError
 from geopilot.model import ModelConfig
@@ -112,6 +113,14 @@ class TrainConfig(StrictConfig):
     engine: EngineConfig = EngineConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+
+    @field_validator("output_dir")
+    @classmethod
+    def _a_folder_to_write(cls, path: str) -> str:
+        problem = output_folder_problem(path)
+        if problem:
+            raise ValueError(problem)
+        return path
 
     @model_validator(mode="after")
     def _stage_two_starts_from_a_model(self) -> TrainConfig:

@@ -47,6 +47,18 @@ def test_rsvqa_answer_for_unknown_question_is_skipped(tmp_path):
     assert len(loaded.items) == 8 and loaded.report.skipped == {"malformed_line": 2}
 
 
+def test_rsvqa_ids_that_are_not_numbers_skip_their_entry_not_the_file(tmp_path):
+    root = write_rsvqa(tmp_path / "lr", with_bench_file=False)
+    questions_file = root / "LR_split_test_questions.json"
+    questions = json.loads(questions_file.read_text())
+    questions["questions"][0]["id"] = "q-zero"
+    questions["questions"][1]["answers_ids"] = ["one"]
+    questions_file.write_text(json.dumps(questions))
+    loaded = load_rsvqa(root, "lr")
+    assert [i.id for i in loaded.items] == ["2", "3", "8", "9", "10", "11"]
+    assert loaded.report.skipped == {"malformed_line": 2}
+
+
 def test_referring_sizes_polygons_and_traps(tmp_path):
     loaded = load_referring(write_referring(tmp_path / "ref"))
     assert loaded.report.skipped == {"bad_polygon": 1, "malformed_line": 1}

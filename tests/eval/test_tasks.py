@@ -136,6 +136,15 @@ def test_captions_bad_input_exits_2_with_one_line(tmp_path, capsys, pred_rows, r
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_binary_predictions_are_one_line_exit_2(tmp_path, capsys):
+    pred = tmp_path / "p.jsonl"
+    pred.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00binary")
+    ref = _jsonl(tmp_path / "r.jsonl", [{"id": "a", "references": ["x"]}])
+    assert main(["eval", "captions", "--pred", str(pred), "--ref", ref]) == 2
+    err = capsys.readouterr().err
+    assert "is not UTF-8 text" in err and len(err.strip().splitlines()) == 1
+
+
 def test_missing_model_dir_is_exit_2(bench, tmp_path, capsys):
     assert _eval("rsvqa-lr", tmp_path / "nope", bench["rsvqa-lr"], tmp_path / "o") == 2
     assert "not a model directory" in capsys.readouterr().err

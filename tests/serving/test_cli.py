@@ -37,6 +37,10 @@ def test_help_lists_the_issue_flags(capsys):
         (["--model", "/no/such/model"], "model directory not found"),
         (["--model", "m", "--host", "0.0.0.0"], "without an API key"),
         (["--model", "m", "--max-batch", "0"], "max_batch"),
+        (["--model", "m", "--max-body-mb", "nan"], "--max-body-mb: 'nan' is not a finite number"),
+        (["--model", "m", "--request-timeout", "inf"], "--request-timeout: 'inf' is not a finite number"),
+        (["--model", "m", "--port", "99999"], "--port: port 99999 is outside 0..65535"),
+        (["--model", "m", "--tools", "/nonexistent.yaml"], "/nonexistent.yaml"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,3 +90,11 @@ def test_a_finished_run_rerun_with_changed_settings_is_refused(dataset, stage1_r
     assert train.main(stage1_args(dataset, stage1_run, "optim.max_steps=2", "logging.logging_steps=5")) == 0
     assert (stage1_run / "config.json").read_text() == config_before
     assert (stage1_run / "export" / "geopilot_train.json").read_text() == record_before
+
+
+@pytest.mark.parametrize("where", ["AFILE", "/proc/geopilot-run", "AFILE/sub"])
+def test_an_output_dir_that_cannot_be_a_folder(dataset, tmp_path, capsys, where):
+    (tmp_path / "afile").write_text("")
+    out = Path(where.replace("AFILE", str(tmp_path / "afile")))
+    assert train.main(stage1_args(dataset, out)) == 2
+    assert "output_dir" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel
 
+from geopilot.argtypes import port
 from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
@@ -133,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve = sub.add_parser("serve", help="serve the indicator tools over HTTP (OpenAPI at /docs and /openapi.json)")
     serve.add_argument("--catalog", required=True, help="layer + area catalogue (YAML)")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
-    serve.add_argument("--port", type=int, default=8790, help="port (default: %(default)s)")
+    serve.add_argument("--port", type=port, default=8790, help="port (default: %(default)s)")
     serve.add_argument("--artifacts-dir", default=None, help="where charts are written (default: a private temp dir)")
     serve.add_argument(
         "--api-key", default=None, help=f"the bearer token every request must carry (default: env {API_KEY_ENV})"
