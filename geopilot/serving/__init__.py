@@ -1,5 +1,5 @@
 """Serving GeoPilot (docs/serving.md): an OpenAI-compatible API with images and tool traces, a FastChat worker, request
-batching, an OpenAI-compatible engine as the LLM (`GeoPilot.from_endpoint`, vLLM), a web demo, and hardening.
+batching, an OpenAI-compatible engine as the LLM (`GeoPilot.from_endpoint`, geopilot/agent/http_engine.py), a web demo, and hardening.
 
     geopilot serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-batch N] [--batch-wait-ms MS]
 

@@ -92,18 +92,16 @@ def build_config(args: argparse.Namespace):
 
 
 def build_pilot(args: argparse.Namespace, config):
-    if args.engine_url:
-        from geopilot.serving.endpoint import EndpointPilot
+    from geopilot.agent import GeoPilot
 
-        return EndpointPilot(
+    if args.engine_url:
+        return GeoPilot.from_endpoint(
             args.engine_url,
             args.model,
             tools_config=args.tools,
             tool_timeout_s=config.tool_timeout_s,
             max_pixels=config.max_image_pixels,
         )
-    from geopilot.agent import GeoPilot
-
     if not Path(args.model).is_dir():
         raise GeoPilotInputError(f"model directory not found: {args.model}")
     return GeoPilot.from_pretrained(
