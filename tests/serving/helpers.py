@@ -66,7 +66,8 @@ def answer(value: str) -> str:
 
 class ScriptSession:
     """Stands in for KVSession: a question containing TOOL gets a detector plan, SLOW the slow tool, HANG the
-    hanging tool, anything else a direct answer; the answer turn after tools quotes the count. Streams in 4-character pieces."""
+    hanging tool, anything else a direct answer; the answer turn after tools quotes the count. A one-row turn given a
+`stream` sends 4-character pieces, its `delay_s` spread over them (KVSession too streams only one row)."""
 
     encode_seconds = 0.0
 
@@ -76,7 +77,9 @@ class ScriptSession:
         self.turn = [0] * len(prompts)
 
     def generate(self, rows, tails=None, stream=None, max_new_tokens=None):
-        time.sleep(self.delay_s)
+        if stream is None or len(rows) != 1:  # a streamed turn takes its delay piece by piece, as decoding does
+            time.sleep(self.delay_s)
+            stream = None
         turns = []
         for row in rows:
             question = self.questions[row]
@@ -92,9 +95,10 @@ class ScriptSession:
                 text = answer("There are 2 planes.")
             self.turn[row] += 1
             if stream is not None:
-                for start in range(0, len(text), 4):
+                starts = range(0, len(text), 4)
+                for start in starts:
+                    time.sleep(self.delay_s / len(starts))
                     stream(text[start : start + 4])
-                    time.sleep(self.delay_s / 10)
             turns.append(Turn(self.tokenizer(text, add_special_tokens=False)["input_ids"], text, True, 5, 0.001))
         return turns
 
