@@ -14,7 +14,8 @@ canonical ToolOutput as JSON text and as `structured_content`.
 
 HTTP: `--api-key KEY` (or env GEOPILOT_API_KEY) makes every request carry `Authorization: Bearer KEY` (401
 otherwise). Binding a host that is not loopback prints a warning and needs a key: without one the server refuses
-to start (exit 2).
+to start (exit 2). On any loopback address (127.0.0.0/8, ::1, localhost) the Host header must be a loopback name
+or the bound address (421 otherwise) and an Origin must be one too (403), so a DNS-rebound page cannot drive it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from mcp.server.lowlevel import Server
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
-from geopilot.network import is_loopback, key_matches
+from geopilot.network import is_loopback, key_matches, loopback_host_names
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
 
@@ -130,6 +131,21 @@ def http_api_key(host: str, api_key: str | None) -> str | None:
     return key
 
 
+def transport_security(host: str):
+    """The MCP SDK's Host/Origin check for a loopback bind. The SDK turns it on by itself only for 127.0.0.1,
+    localhost and ::1; 127.0.0.2 or 0:0:0:0:0:0:0:1 would be left open to DNS rebinding. None off loopback."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not is_loopback(host):
+        return None
+    names = [f"[{n}]" if ":" in n else n for n in sorted(loopback_host_names(host))]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
+        allowed_origins=[o for n in names for o in (f"http://{n}", f"http://{n}:*")],
+    )
+
+
 class RequireApiKey:
     """ASGI middleware: 401 unless the Authorization header carries the key (geopilot.network.key_matches)."""
 
@@ -176,6 +192,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import uvicorn
 
-    app = server.streamable_http_app(host=args.host)
+    app = server.streamable_http_app(host=args.host, transport_security=transport_security(args.host))
     uvicorn.run(RequireApiKey(app, key) if key else app, host=args.host, port=args.port, log_level="warning")
     return 0

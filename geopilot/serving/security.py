@@ -271,8 +271,9 @@ class BrowserGate:
             return await _refuse(send, error, [NOSNIFF])
 
         async def with_nosniff(message):
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), NOSNIFF]}
+            headers = list(message.get("headers", []))
+            if message["type"] == "http.response.start" and all(k.lower() != NOSNIFF[0] for k, _ in headers):
+                message = {**message, "headers": [*headers, NOSNIFF]}
             await send(message)
 
         await self.app(scope, receive, with_nosniff)
