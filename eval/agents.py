@@ -11,6 +11,7 @@ The openai and hf agents read the same tool prompt, parse replies with the unive
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import mimetypes
@@ -32,6 +33,7 @@ from geopilot.tool_protocol import ToolRegistry, ToolResult
 from geopilot.wire import dumps, format_tool_turn
 
 RAW_CHARS = 2000
+MAX_RESPONSE_BYTES = 8 * 2**20  # an OpenAI chat completion of a few thousand tokens is kilobytes; more is refused
 
 
 class InfraError(Exception):
@@ -227,9 +229,8 @@ class OpenAIAgent:
         max_tokens: int = 1024,
         timeout_s: float = 120.0,
         retries: int = 2,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
-        import httpx
-
         if not base_url.startswith(("http://", "https://")):
             raise GeoPilotInputError(f"--base-url must start with http:// or https://, got {base_url!r}")
         key = None
@@ -240,9 +241,8 @@ class OpenAIAgent:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.registry, self.tools_as = model, registry, tools_as
         self.temperature, self.max_tokens, self.retries = temperature, max_tokens, retries
-        self.timeout_s = timeout_s
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(timeout=timeout_s, headers=headers)
+        self.timeout_s, self.max_response_bytes = timeout_s, max_response_bytes
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.system = tool_prompt(registry) if tools_as == "prompt" else OPENAI_SYSTEM
         self.functions = openai_tools(registry) if tools_as == "openai" else None
         self.prompt_hash = sha256_text(
@@ -265,23 +265,42 @@ class OpenAIAgent:
             if attempt:
                 time.sleep(min(0.25 * 2**attempt, 4.0))
             try:
-                response = self.client.post(self.url, json=body)
-            except httpx.TimeoutException:
+                status, raw = asyncio.run(self._exchange(body))
+            except (TimeoutError, httpx.TimeoutException):
                 problem = f"timed out after {self.timeout_s:g} s"
                 continue
             except httpx.HTTPError as err:
                 problem = f"{type(err).__name__}: {err}"
                 continue
-            if response.status_code == 429 or response.status_code >= 500:
-                problem = f"HTTP {response.status_code}"
+            if status == 429 or status >= 500:
+                problem = f"HTTP {status}"
                 continue
-            if response.status_code >= 400:
-                raise InfraError(f"HTTP {response.status_code}: {response.text[:200]}")
+            if status >= 400:
+                raise InfraError(f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
             try:
-                return response.json()
-            except ValueError:
+                return json.loads(raw)
+            except (ValueError, RecursionError):
                 raise InfraError("the endpoint returned a body that is not JSON") from None
         raise InfraError(f"{problem} (after {self.retries + 1} attempts)")
+
+    async def _exchange(self, body: dict) -> tuple[int, bytes]:
+        """One POST, all of it (connect, wait, every byte of the reply) within `timeout_s`: httpx's own timeout is
+        per read, so a server dripping a byte a second would never trip it. A reply over `max_response_bytes` is
+        an InfraError (not retried) before more of it is read."""
+        import httpx
+
+        async with asyncio.timeout(self.timeout_s):
+            async with (
+                httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client,
+                client.stream("POST", self.url, json=body) as response,
+            ):
+                chunks, size = [], 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > self.max_response_bytes:
+                        raise InfraError(f"the reply is over {self.max_response_bytes:,} bytes; not read further")
+                    chunks.append(chunk)
+                return response.status_code, b"".join(chunks)
 
     def _ask(self, messages: list[dict], seed: int) -> Reply:
         body: dict[str, Any] = {

@@ -8,6 +8,9 @@ work through a context variable, so no backend signature changes and code outsid
 
     with cancel_scope(token):      # ToolRegistry.call, in the worker thread
         tool.run(image, params)    # ... for tile in tiles: check_cancelled(); run(tile)
+
+A chat reads the same token: `GeoPilot` checks the current one before each turn and, on a one-row turn, at each
+decoded piece (the serving batcher runs a batch in a scope whose token is cancelled once every request is).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ def cancel_scope(token: CancelToken) -> Iterator[CancelToken]:
         yield token
     finally:
         _CURRENT.reset(reset)
+
+
+def current_token() -> CancelToken | None:
+    """The token of the enclosing `cancel_scope`, or None outside one."""
+    return _CURRENT.get()
 
 
 def check_cancelled() -> None:

@@ -84,3 +84,20 @@ class RequireApiKey:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def host_name(header: str) -> str:
+    """A Host header's name without its port, lower-case: `[::1]:8000` -> `::1`, `Example.org:80` -> `example.org`."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def loopback_host_names(bind_host: str) -> set[str]:
+    """The Host names a browser on this machine reaches a loopback server `bind_host` by. DNS rebinding (a page
+    whose name the attacker re-points at 127.0.0.1) arrives with the attacker's name, which is not among them."""
+    return {*LOOPBACK_NAMES, bind_host.strip().strip("[]").lower()}

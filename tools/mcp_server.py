@@ -14,7 +14,8 @@ canonical ToolOutput as JSON text and as `structured_content`.
 
 HTTP: `--api-key KEY` (or env GEOPILOT_API_KEY) makes every request carry `Authorization: Bearer KEY` (401
 otherwise). Binding a host that is not loopback prints a warning and needs a key: without one the server refuses
-to start (exit 2).
+to start (exit 2). On any loopback address (127.0.0.0/8, ::1, localhost) the Host header must be a loopback name
+or the bound address (421 otherwise) and an Origin must be one too (403), so a DNS-rebound page cannot drive it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from geopilot.argtypes import port
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
-from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
+from geopilot.network import API_KEY_ENV, RequireApiKey, is_loopback, loopback_host_names, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
 
@@ -113,6 +114,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_override_arguments(parser, "device=cpu max_pixels=50000000 'image_roots=[/data/scenes]'")
 
 
+def transport_security(host: str):
+    """The MCP SDK's Host/Origin check for a loopback bind. The SDK turns it on by itself only for 127.0.0.1,
+    localhost and ::1; 127.0.0.2 or 0:0:0:0:0:0:0:1 would be left open to DNS rebinding. None off loopback."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not is_loopback(host):
+        return None
+    names = [f"[{n}]" if ":" in n else n for n in sorted(loopback_host_names(host))]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
+        allowed_origins=[o for n in names for o in (f"http://{n}", f"http://{n}:*")],
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import build_registry, load_tools_config
 
@@ -136,6 +152,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import uvicorn
 
-    app = server.streamable_http_app(host=args.host)
+    app = server.streamable_http_app(host=args.host, transport_security=transport_security(args.host))
     uvicorn.run(RequireApiKey(app, key) if key else app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -27,6 +27,7 @@ from geopilot.agent.requests import (
 )
 from geopilot.agent.results import ChatResult
 from geopilot.agent.streaming import AnswerStream
+from geopilot.cancellation import CancelToken, current_token
 from geopilot.errors import GeoPilotError, GeoPilotInputError
 from geopilot.generation import AnswerExtractor, GenerationOptions
 from geopilot.image import DEFAULT_MAX_PIXELS
@@ -198,6 +199,7 @@ class GeoPilot:
         self, prepared: list[PreparedRequest], max_rounds: int, options: GenerationOptions, stream
     ) -> list[ChatResult]:
         registry = self.tools
+        token = current_token()
         started = time.perf_counter()
         deadline = None if self.chat_timeout_s is None else time.monotonic() + self.chat_timeout_s
         session = self.engine.open(prepared, options, deadline)
@@ -212,6 +214,10 @@ class GeoPilot:
             rows = list(room)
             user_turns = None if all(pending[r] is None for r in rows) else [pending[r] for r in rows]
             on_text = AnswerExtractor(stream).feed if stream is not None else None
+            if token is not None:  # the caller gave up (serving: every client gone or out of time): stop here
+                token.check()
+                if len(rows) == 1:  # a one-row turn also stops at its next decoded piece
+                    on_text = _checking(token, on_text)
             shorten = min(room.values())  # one generate call for the batch: the tightest row sets the length
             try:
                 turns = session.generate(
@@ -253,3 +259,12 @@ class GeoPilot:
                 continue
             room[row] = left
         return room
+
+
+def _checking(token: CancelToken, on_text: Callable[[str], None] | None) -> Callable[[str], None]:
+    def feed(piece: str) -> None:
+        token.check()
+        if on_text is not None:
+            on_text(piece)
+
+    return feed

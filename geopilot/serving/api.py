@@ -8,8 +8,10 @@ URL on the allowlist). The reply's message content is the answer; the extension 
 calls in OpenAI's `tool_calls` shape and the whole `ChatResult` (turns, tool outputs, timings), plus, when the
 request asks with `"geopilot": {"visualize": true}`, the image with the tool outputs drawn as a PNG data URL.
 Earlier turns of the conversation become `history` (assistant turns as their answers); system messages are
-ignored (the model was trained with one system prompt). Errors are OpenAI-shaped JSON: 400 bad input,
-401 no/wrong key, 404 unknown model, 413 too big, 503 full (retry), 504 timed out.
+ignored (the model was trained with one system prompt). `stop` sequences cut the answer text. Errors are
+OpenAI-shaped JSON: 400 bad input, 401 no/wrong key, 403 cross-site, 404 unknown model, 413 too big, 415 not JSON,
+421 a Host a keyless server does not answer to, 503 full (retry), 504 timed out. A request's timeout covers all of
+it: fetching its image URL, waiting in the queue and generating; a request that runs out of time is cancelled.
 """
 
 from __future__ import annotations
@@ -29,16 +31,27 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError, describe_validation_error
 from geopilot.generation import GenerationOptions
-from geopilot.network import key_matches
-from geopilot.serving.batcher import Batcher, Busy, Job
+from geopilot.network import key_matches, loopback_host_names
+from geopilot.serving.batcher import Batcher, Busy, Job, Slot
 from geopilot.serving.config import ServeConfig
-from geopilot.serving.security import BodyLimit, ServeError, UrlPolicy, check_image, decode_data_url
+from geopilot.serving.security import (
+    BodyLimit,
+    BrowserGate,
+    ServeError,
+    UrlPolicy,
+    check_image,
+    decode_data_url,
+    parse_json,
+)
+from geopilot.serving.stops import StopFilter, cut
 
 log = logging.getLogger("geopilot.serving")
 OPEN_PATHS = {"/health"}
+MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (vLLM's and FastChat's rule); 1e-300 would overflow to inf/nan
 
 
 class ImageURL(BaseModel):
@@ -66,7 +79,8 @@ class GeoPilotOptions(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # OpenAI clients send fields GeoPilot does not use
+    # OpenAI clients send fields GeoPilot does not use (docs/serving.md lists them); NaN/Infinity are refused
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str
     messages: list[ChatMessageIn] = Field(min_length=1)
     stream: bool = False
@@ -75,7 +89,17 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     n: int = Field(1, ge=1, le=1)
+    stop: str | list[str] | None = None  # up to 4 non-empty strings; the answer ends before the first one
     geopilot: GeoPilotOptions = GeoPilotOptions()
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+def _check_stop(body: ChatCompletionRequest) -> None:
+    stops = body.stops()
+    if len(stops) > 4 or any(not s for s in stops):
+        raise ServeError(400, "stop: up to 4 non-empty strings", code="bad_request")
 
 
 class AuthGate:
@@ -114,6 +138,8 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     app.state.batcher, app.state.config = batcher, config
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(AuthGate, key=config.api_key)
+    # outermost: a keyless server answers only to loopback Host names (it may only bind loopback)
+    app.add_middleware(BrowserGate, hosts=loopback_host_names(config.host) if config.api_key is None else None)
 
     @app.exception_handler(ServeError)
     async def serve_error(request, err: ServeError):
@@ -135,34 +161,77 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
             raise ServeError(404, f"model {name!r} does not exist", code="model_not_found")
         return _model_card(name)
 
+    page = resources.files("geopilot.serving").joinpath("demo.html").read_text(encoding="utf-8")
+    page = page.replace("@MODEL@", html.escape(config.model_name, quote=True))
+    demo_headers = demo_security_headers(page)
+
     @app.get("/demo", response_class=HTMLResponse)
     async def demo():
-        page = resources.files("geopilot.serving").joinpath("demo.html").read_text(encoding="utf-8")
-        return page.replace("@MODEL@", html.escape(config.model_name, quote=True))
+        return HTMLResponse(page, headers=demo_headers)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = _parse_body(await request.body())
+        deadline = time.monotonic() + config.request_timeout_s  # everything below happens inside it
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            log.warning("client %s left while sending its request body; nothing was done", _peer(request))
+            raise ServeError(499, "client closed the request", code="client_gone") from None
+        body = _parse_body(raw, config.max_text_chars)
         if body.model != config.model_name:
             raise ServeError(
                 404,
                 f"model {body.model!r} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
-        conversation = await asyncio.to_thread(_conversation, body, policy, config.max_image_pixels)
-        job = Job(
-            conversation,
-            _options(body, config),
-            min(_pick(body.geopilot.max_rounds, config.max_rounds), config.max_rounds),
-        )
-        started = time.time()
-        if body.stream:
-            return _stream(request, job, body, config, batcher, started)
-        _submit(batcher, job)
-        result = await _wait(request, job, batcher, config.request_timeout_s)
+        slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
+        try:
+            image = await _image_bytes(body, policy, deadline)
+            conversation = await asyncio.to_thread(_conversation, body, image, config.max_image_pixels)
+            job = Job(
+                conversation,
+                _options(body, config),
+                min(_pick(body.geopilot.max_rounds, config.max_rounds), config.max_rounds),
+                slot=slot,
+            )
+            started = time.time()
+            if body.stream:
+                return _stream(request, job, body, config, batcher, started, deadline)
+            batcher.submit(job)
+            result = await _wait(request, job, batcher, deadline, config.request_timeout_s)
+        except BaseException:
+            slot.release()  # idempotent: a submitted job has given it back already
+            raise
         return await _completion(result, job, body, config, started)
 
     return app
+
+
+def demo_security_headers(page: str) -> dict[str, str]:
+    """The demo page's headers: a Content-Security-Policy that allows exactly its own inline script and style (by
+    hash), images from data: URLs and fetches to this server only; no framing (clickjacking); no MIME sniffing."""
+    import hashlib
+    import re
+
+    def hashes(tag: str) -> str:
+        blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.S)
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in blocks)
+
+    policy = (
+        f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; img-src data: blob:; "
+        "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+    )
+    return {
+        "content-security-policy": policy,
+        "x-frame-options": "DENY",
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+    }
+
+
+def _peer(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "?"
 
 
 def _model_card(name: str) -> dict:
@@ -173,15 +242,23 @@ def _pick(value, default):
     return default if value is None else value
 
 
-def _parse_body(raw: bytes) -> ChatCompletionRequest:
+def _parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ServeError(400, f"the request body is not valid JSON ({err})", code="bad_json") from None
-    try:
-        return ChatCompletionRequest.model_validate(data)
+        body = ChatCompletionRequest.model_validate(parse_json(raw))
     except ValidationError as err:
         raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
+    except RecursionError:  # a value nested past what validation recurses through
+        raise ServeError(400, "the request body is nested too deeply", code="bad_json") from None
+    _check_stop(body)
+    chars = sum(len(_text(m.content)) for m in body.messages)
+    if chars > max_text_chars:  # refused before tokenising: the tokenizer would hold the model thread for seconds
+        raise ServeError(
+            400,
+            f"the messages have {chars:,} characters of text, over this server's limit of {max_text_chars:,} "
+            "(no model context holds that many)",
+            code="context_length_exceeded",
+        )
+    return body
 
 
 def _text(content) -> str:
@@ -198,16 +275,21 @@ def _images(content) -> list[str]:
     )
 
 
-def _conversation(body: ChatCompletionRequest, policy: UrlPolicy, max_pixels: int) -> dict[str, Any]:
-    """The OpenAI messages -> one chat request (image fetched or decoded, then checked)."""
-    turns = [m for m in body.messages if m.role != "system"]
-    urls = [url for m in turns for url in _images(m.content)]
+async def _image_bytes(body: ChatCompletionRequest, policy: UrlPolicy, deadline: float) -> bytes | str:
+    """The conversation's one image: the bytes fetched from its URL (awaited, inside the deadline), or the data URL
+    itself (decoded in a worker thread with the rest)."""
+    urls = [url for m in body.messages if m.role != "system" for url in _images(m.content)]
     if len(urls) != 1:
         raise ServeError(
             400, f"a conversation needs exactly one image (image_url part), got {len(urls)}", code="bad_request"
         )
-    data = decode_data_url(urls[0]) if urls[0].strip().startswith("data:") else policy.fetch(urls[0])
-    marked = [(m.role, _text(m.content), bool(_images(m.content))) for m in turns]
+    return urls[0] if urls[0].strip().startswith("data:") else await policy.fetch(urls[0], deadline)
+
+
+def _conversation(body: ChatCompletionRequest, image: bytes | str, max_pixels: int) -> dict[str, Any]:
+    """The OpenAI messages and the image (bytes, or a data URL to decode) -> one chat request (image checked)."""
+    data = decode_data_url(image) if isinstance(image, str) else image
+    marked = [(m.role, _text(m.content), bool(_images(m.content))) for m in body.messages if m.role != "system"]
     return chat_request(marked, data, max_pixels, body.geopilot.modality)
 
 
@@ -240,7 +322,7 @@ def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: i
 
 def _options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOptions:
     limit = _pick(body.max_completion_tokens, _pick(body.max_tokens, config.max_new_tokens))
-    sample = bool(body.temperature)  # absent or 0: greedy
+    sample = (body.temperature or 0.0) >= MIN_TEMPERATURE  # absent, 0 or tiny: greedy
     return GenerationOptions(
         max_new_tokens=min(limit, config.max_new_tokens),
         do_sample=sample,
@@ -249,9 +331,9 @@ def _options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOpti
     )
 
 
-def _submit(batcher: Batcher, job: Job) -> None:
+def _admit(batcher: Batcher) -> Slot:
     try:
-        batcher.submit(job)
+        return batcher.admit()
     except Busy as err:
         raise ServeError(503, f"server busy: {err}", "server_error", code="busy") from None
 
@@ -265,12 +347,11 @@ def _job_error(err: BaseException) -> ServeError:
     return ServeError(500, f"internal error ({type(err).__name__}); the server keeps serving", "server_error")
 
 
-async def _wait(request, job: Job, batcher: Batcher, timeout_s: float):
-    """The job's ChatResult; cancels it when the client leaves or the request times out."""
+async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s: float):
+    """The job's ChatResult; cancels it when the client leaves or the request runs past `deadline`."""
     future = asyncio.wrap_future(job.future)
-    deadline = time.monotonic() + timeout_s
     while True:
-        done, _ = await asyncio.wait({future}, timeout=0.2)
+        done, _ = await asyncio.wait({future}, timeout=max(0.01, min(0.2, deadline - time.monotonic())))
         if done:
             if future.exception() is not None:
                 raise _job_error(future.exception())
@@ -321,19 +402,33 @@ async def _completion(result, job: Job, body: ChatCompletionRequest, config: Ser
         "object": "chat.completion",
         "created": int(started),
         "model": config.model_name,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": cut(result.answer, body.stops())},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": _usage(result),
         "geopilot": await _extension(result, job, body),
     }
 
 
-def _stream(request, job: Job, body: ChatCompletionRequest, config: ServeConfig, batcher: Batcher, started: float):
+def _stream(
+    request,
+    job: Job,
+    body: ChatCompletionRequest,
+    config: ServeConfig,
+    batcher: Batcher,
+    started: float,
+    deadline: float,
+):
     """SSE chunks: the role, the answer as it is decoded, then a last chunk with finish_reason and `geopilot`."""
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue = asyncio.Queue()
     end = object()
     job.on_text = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
-    _submit(batcher, job)
+    batcher.submit(job)
     job.future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, end))
     ident = f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -349,8 +444,7 @@ def _stream(request, job: Job, body: ChatCompletionRequest, config: ServeConfig,
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     async def events():
-        sent = ""
-        deadline = time.monotonic() + config.request_timeout_s
+        sent, stops = "", StopFilter(body.stops())
         try:
             yield chunk({"role": "assistant", "content": ""})
             while True:
@@ -368,13 +462,15 @@ def _stream(request, job: Job, body: ChatCompletionRequest, config: ServeConfig,
                     return
                 if item is end:
                     break
-                sent += item
-                yield chunk({"content": item})
+                if piece := stops.feed(item):
+                    sent += piece
+                    yield chunk({"content": piece})
             if job.future.exception() is not None:
                 yield f"data: {json.dumps(_job_error(job.future.exception()).body())}\n\n"
                 return
             result = job.future.result()
-            rest = result.answer[len(sent) :] if result.answer.startswith(sent) else ""
+            answer = cut(result.answer, body.stops())
+            rest = answer[len(sent) :] if answer.startswith(sent) else ""
             if rest:
                 yield chunk({"content": rest})
             yield chunk({}, "stop", usage=_usage(result), geopilot=await _extension(result, job, body))

@@ -5,9 +5,12 @@ decoding settings (up to `max_batch`), and runs them as ONE `chat_batch`: think 
 (`GeoPilot.chat_batch`). A streaming job runs alone through `chat(stream=...)`, since its answer is sent as it is
 decoded. If a batch is refused for one request's input, each job runs alone so only that one gets the error.
 
-Admission is bounded: at most `max_pending` jobs are admitted (running + queued); `submit` raises `Busy` beyond
-that, which the API turns into 503. A job's `cancel()` (its client left, or its request timed out) frees its slot
-at once: a queued job is skipped, a streaming job stops at its next decoded piece.
+Admission is bounded: at most `max_pending` requests are admitted (being prepared, e.g. fetching their image, +
+queued + running); `admit()` / `submit` raise `Busy` beyond that, which the API turns into 503. A job's
+`cancel()` (its client left, or its request timed out) frees its slot at once and stops its work: a queued job is
+skipped; a running batch whose jobs are all cancelled stops before its next turn, and a one-row turn (a lone
+request, a stream) at its next decoded piece, so the requests behind it do not time out too. The batch runs in a
+`geopilot.cancellation.cancel_scope` whose token reads "every job cancelled"; `GeoPilot` checks it between turns.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from geopilot.cancellation import CancelToken, ToolCancelled, cancel_scope
 from geopilot.generation import GenerationOptions
 
 
@@ -31,6 +35,19 @@ class Cancelled(Exception):
     """Raised inside a streaming chat whose client left; ends its generation."""
 
 
+class Slot:
+    """One admitted request's place in the batcher's count; `release()` (idempotent) gives it back."""
+
+    def __init__(self, batcher: Batcher):
+        self._batcher, self._held = batcher, True
+
+    def release(self) -> None:
+        with self._batcher._lock:
+            if self._held:
+                self._held = False
+                self._batcher._admitted -= 1
+
+
 @dataclass
 class Job:
     request: dict[str, Any]  # a ChatRequest as a dict: image (LoadedImage), query, history, modality
@@ -39,7 +56,7 @@ class Job:
     on_text: Callable[[str], None] | None = None  # set: stream the answer, run alone
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    _released: bool = False
+    slot: Slot | None = None  # admitted before submission (the API admits a request when it arrives)
 
     def key(self) -> tuple:
         return (self.options.model_dump_json(), self.max_rounds)
@@ -63,25 +80,27 @@ class Batcher:
     def admitted(self) -> int:
         return self._admitted
 
-    def submit(self, job: Job) -> concurrent.futures.Future:
+    def admit(self) -> Slot:
+        """Count one more request in progress, or raise Busy at the limit."""
         with self._lock:
             if self._admitted >= self.max_pending:
                 raise Busy(f"{self._admitted} requests are in progress (limit {self.max_pending}); retry shortly")
             self._admitted += 1
-        job.future.add_done_callback(lambda _: self._release(job))
+        return Slot(self)
+
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        if job.slot is None:
+            job.slot = self.admit()
+        slot = job.slot
+        job.future.add_done_callback(lambda _: slot.release())
         self._queue.put(job)
         return job.future
 
     def cancel(self, job: Job) -> None:
-        """The client is gone: free the slot now; the work stops at the next chance."""
+        """The client is gone or out of time: free the slot now; the work stops at the next chance."""
         job.cancel()
-        self._release(job)
-
-    def _release(self, job: Job) -> None:
-        with self._lock:
-            if not job._released:
-                job._released = True
-                self._admitted -= 1
+        if job.slot is not None:
+            job.slot.release()
 
     def close(self) -> None:
         self._queue.put(None)
@@ -126,7 +145,8 @@ class Batcher:
 
         self.batches.append(len(jobs))
         try:
-            results = self.pilot.chat_batch([j.request for j in jobs], jobs[0].max_rounds, jobs[0].options)
+            with cancel_scope(JobsCancelled(jobs)):
+                results = self.pilot.chat_batch([j.request for j in jobs], jobs[0].max_rounds, jobs[0].options)
         except GeoPilotInputError as err:
             if len(jobs) == 1:
                 jobs[0].future.set_exception(err)
@@ -164,3 +184,20 @@ class Batcher:
             job.future.set_exception(err)
         else:
             job.future.set_result(result)
+
+
+class JobsCancelled(CancelToken):
+    """Cancelled once every job of the running batch is (its clients gone or out of time)."""
+
+    def __init__(self, jobs: list[Job]):
+        super().__init__()
+        self.jobs = jobs
+        self.reason = "every request of this batch was cancelled (timed out or gone)"
+
+    @property
+    def cancelled(self) -> bool:
+        return all(job.cancelled.is_set() for job in self.jobs)
+
+    def check(self) -> None:
+        if self.cancelled:
+            raise ToolCancelled(self.reason)

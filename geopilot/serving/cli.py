@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="fetch http(s) image URLs from this host / IP / CIDR (repeatable; default: none)",
     )
+    parser.add_argument("--url-timeout", type=float, default=10.0, help="seconds for a whole image URL fetch")
+    parser.add_argument(
+        "--max-text-chars", type=int, default=100_000, help="characters of text per request (then 400, untokenised)"
+    )
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds per request")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
@@ -76,6 +80,7 @@ def build_config(args: argparse.Namespace):
         return ServeConfig(
             model_name=Path(args.model).name or str(args.model),
             api_key=key,
+            host=args.host,
             max_batch=args.max_batch,
             batch_wait_ms=args.batch_wait_ms,
             max_concurrency=args.max_concurrency,
@@ -84,6 +89,8 @@ def build_config(args: argparse.Namespace):
             max_body_bytes=int(args.max_body_mb * MIB),
             max_image_pixels=args.max_image_pixels,
             allowed_url_hosts=args.allow_url_host,
+            url_timeout_s=args.url_timeout,
+            max_text_chars=args.max_text_chars,
             max_rounds=args.max_rounds,
             max_new_tokens=args.max_new_tokens,
         )

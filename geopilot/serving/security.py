@@ -8,17 +8,23 @@ policy. Every refusal is a `ServeError` carrying its HTTP status and a one-line 
   (read from the header before decoding).
 - URLs: http(s) only for hosts on the allowlist; every address the host resolves to must be public unless that
   address is listed itself (so `127.0.0.1`, `169.254.169.254`, RFC 1918 and link-local are refused unless named);
-  redirects are not followed; the body is capped like an upload.
+  redirects are not followed; the body is capped like an upload; the whole fetch has one deadline (a server that
+  drips a byte at a time is cut off at it) and holds no thread while it waits.
+- browsers: `BrowserGate` checks the Host header of a keyless loopback server (DNS rebinding), refuses cross-site
+  Origins and bodies that are not JSON (a cross-site form or `text/plain` POST), and sends `nosniff`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
 import ipaddress
+import json
 import re
 import socket
+import time
 import warnings
 from urllib.parse import urlsplit
 
@@ -26,6 +32,7 @@ from PIL import Image, UnidentifiedImageError
 
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError
 from geopilot.image import check_size
+from geopilot.network import host_name
 
 
 class ServeError(Exception):
@@ -83,12 +90,10 @@ class _BodyTooLarge(Exception):
     pass
 
 
-async def _refuse(send, error: ServeError) -> None:
-    import json
-
+async def _refuse(send, error: ServeError, extra_headers: list | None = None) -> None:
     payload = json.dumps(error.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.start", "status": error.status, "headers": headers + (extra_headers or [])})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -110,15 +115,20 @@ def decode_data_url(url: str) -> bytes:
 
 
 def decode_base64_image(data: str) -> bytes:
-    """A FastChat `images` entry: a data URL or bare base64."""
+    """A FastChat `images` entry: a data URL or bare base64 (a JPEG's starts with `/9j/`, so a leading `/` is not
+    taken for a path: a path simply does not decode)."""
+    if not isinstance(data, str):
+        raise ServeError(400, f"images must be base64 strings, got {type(data).__name__}", code="bad_image")
     if data.startswith("data:"):
         return decode_data_url(data)
-    if data.startswith(("http://", "https://", "file:", "/")):
+    if data.startswith(("http://", "https://", "file:")):
         raise ServeError(400, "images must be base64 data, not URLs or paths", code="bad_image")
     try:
         return base64.b64decode(re.sub(r"\s+", "", data), validate=True)
     except (binascii.Error, ValueError):
-        raise ServeError(400, "an image's base64 does not decode", code="bad_image") from None
+        raise ServeError(
+            400, "an image's base64 does not decode (images must be base64 data, not URLs or paths)", code="bad_image"
+        ) from None
 
 
 def check_image(data: bytes, max_pixels: int) -> None:
@@ -155,10 +165,7 @@ class UrlPolicy:
 
     def check(self, url: str) -> str:
         """The URL's host if it may be fetched; 400 naming the reason otherwise."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ServeError(400, "image_url must be a data:image/... URL or an http(s) URL", code="bad_image_url")
-        host = parts.hostname.lower()
+        scheme, host, port = _split(url)
         literal = _address(host)
         if not (self.hosts or self.networks):
             raise ServeError(
@@ -169,8 +176,8 @@ class UrlPolicy:
         if host not in self.hosts and not (literal is not None and self._listed(literal)):
             raise ServeError(400, f"image URL host {host!r} is not on the allowlist", code="url_not_allowed")
         try:
-            infos = socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80))
-        except OSError:
+            infos = socket.getaddrinfo(host, port or (443 if scheme == "https" else 80))
+        except (OSError, UnicodeError, ValueError):
             raise ServeError(400, f"image URL host {host!r} does not resolve", code="bad_image_url") from None
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
@@ -182,28 +189,134 @@ class UrlPolicy:
                 )
         return host
 
-    def fetch(self, url: str) -> bytes:
-        """GET an allowed URL (no redirects), at most `max_bytes`."""
+    async def fetch(self, url: str, deadline: float) -> bytes:
+        """GET an allowed URL (no redirects), at most `max_bytes`, all of it within `url_timeout_s` and before the
+        request's `deadline` (time.monotonic()). Awaiting holds no thread, so slow servers cannot starve others."""
         import httpx
 
-        self.check(url)
+        limit = min(self.timeout_s, deadline - time.monotonic())
+        _split(url)  # a malformed URL is 400 before anything else
         try:
-            with httpx.stream("GET", url, timeout=self.timeout_s, follow_redirects=False) as response:
-                if response.is_redirect:
-                    raise ServeError(400, "image URL redirects; redirects are not followed", code="bad_image_url")
-                if response.status_code != 200:
-                    raise ServeError(400, f"image URL answered HTTP {response.status_code}", code="bad_image_url")
-                chunks, size = [], 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise ServeError(413, f"image URL body over {self.max_bytes:,} bytes", code="image_too_large")
-                    chunks.append(chunk)
-        except httpx.HTTPError as err:
+            async with asyncio.timeout(max(limit, 0.0)):
+                await asyncio.to_thread(self.check, url)
+                async with (
+                    httpx.AsyncClient(timeout=max(limit, 0.001), follow_redirects=False) as client,
+                    client.stream("GET", url) as response,
+                ):
+                    if response.is_redirect:
+                        raise ServeError(400, "image URL redirects; redirects are not followed", code="bad_image_url")
+                    if response.status_code != 200:
+                        raise ServeError(400, f"image URL answered HTTP {response.status_code}", code="bad_image_url")
+                    chunks, size = [], 0
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                        if size > self.max_bytes:
+                            raise ServeError(
+                                413, f"image URL body over {self.max_bytes:,} bytes", code="image_too_large"
+                            )
+                        chunks.append(chunk)
+        except (TimeoutError, httpx.TimeoutException):
+            if limit < self.timeout_s:  # the request's own deadline came first
+                raise ServeError(
+                    504, "the request timed out while fetching its image URL", "server_error", "timeout"
+                ) from None
+            raise ServeError(
+                400, f"image URL did not arrive within {self.timeout_s:g} s", code="bad_image_url"
+            ) from None
+        except (httpx.HTTPError, httpx.InvalidURL) as err:
             raise ServeError(
                 400, f"image URL could not be fetched: {type(err).__name__}", code="bad_image_url"
             ) from None
         return b"".join(chunks)
+
+
+def _split(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of an http(s) URL; 400 for anything else or anything unparsable (whitespace and control
+    characters included: urllib would silently drop tabs and newlines)."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        raise ServeError(400, "image URL contains whitespace or control characters", code="bad_image_url")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as err:
+        raise ServeError(400, f"image URL cannot be parsed ({err})", code="bad_image_url") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ServeError(400, "image_url must be a data:image/... URL or an http(s) URL", code="bad_image_url")
+    return parts.scheme, host.lower(), port
+
+
+JSON_TYPES = ("application/json",)
+
+
+class BrowserGate:
+    """ASGI middleware for what a browser can be made to send. With `hosts` (a keyless loopback server): the Host
+    header must name one of them (421 otherwise), so a DNS-rebound page cannot read answers. Always: an Origin
+    must be this server's own (403 otherwise), and a body must be JSON (415 for `text/plain`, forms: the content
+    types a cross-site page may POST without a preflight). Every response gets `X-Content-Type-Options: nosniff`."""
+
+    def __init__(self, app, hosts: set[str] | None):
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        error = self._problem(
+            headers.get(b"host", b"").decode("latin-1"),
+            headers.get(b"origin", b"").decode("latin-1") or None,
+            headers.get(b"content-type", b"").decode("latin-1") or None,
+            scope["method"],
+        )
+        if error is not None:
+            return await _refuse(send, error, [NOSNIFF])
+
+        async def with_nosniff(message):
+            headers = list(message.get("headers", []))
+            if message["type"] == "http.response.start" and all(k.lower() != NOSNIFF[0] for k, _ in headers):
+                message = {**message, "headers": [*headers, NOSNIFF]}
+            await send(message)
+
+        await self.app(scope, receive, with_nosniff)
+
+    def _problem(self, host: str, origin: str | None, content_type: str | None, method: str) -> ServeError | None:
+        if self.hosts is not None and host_name(host) not in self.hosts:
+            return ServeError(
+                421,
+                f"Host {host!r} is not this server's (a keyless server answers only to loopback names)",
+                code="bad_host",
+            )
+        if origin is not None:
+            try:
+                same = urlsplit(origin).netloc.lower() == host.lower() and origin.lower().startswith(
+                    ("http:", "https:")
+                )
+            except ValueError:
+                same = False
+            if not same:
+                return ServeError(403, f"cross-site request from Origin {origin[:100]!r} refused", code="cross_origin")
+        if method in ("POST", "PUT", "PATCH") and content_type is not None:
+            media = content_type.split(";", 1)[0].strip().lower()
+            if media not in JSON_TYPES:
+                return ServeError(
+                    415,
+                    f"request bodies must be JSON (Content-Type: application/json), got {media or 'none'!r}",
+                    code="unsupported_media_type",
+                )
+        return None
+
+
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+
+
+def parse_json(raw: bytes, what: str = "the request body") -> object:
+    """JSON bytes -> the value; ServeError 400 for anything json.loads refuses, however it refuses it (bad syntax,
+    nesting past the recursion limit, an integer over Python's 4300-digit limit, bytes that are not UTF-8)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ServeError(400, f"{what} is nested too deeply", code="bad_json") from None
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError, and so is the digit limit
+        raise ServeError(400, f"{what} is not valid JSON ({str(err)[:200]})", code="bad_json") from None
 
 
 def _address(text: str) -> ipaddress._BaseAddress | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from geopilot.tool_protocol import ToolRegistry
-from serving.helpers import Detector, HangingTool, ScriptSession, SlowTool
+from serving.helpers import KEY, MODEL, Detector, HangingTool, ScriptSession, SlowTool, serving
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +27,26 @@ def scripted_pilot(tiny):
         return GeoPilot(tiny[0], tiny[1], registry, session_factory=factory, tool_timeout_s=tool_timeout_s)
 
     return make
+
+
+@pytest.fixture
+def server(scripted_pilot):
+    """make(delay_s=0.0, tool_timeout_s=5.0, api_key=KEY, **config) -> (base URL, app) of a server around a scripted
+    pilot (closed at the end of the test)."""
+    from geopilot.serving.api import create_app
+    from geopilot.serving.config import ServeConfig
+
+    stack = []
+
+    def make(delay_s: float = 0.0, tool_timeout_s: float = 5.0, api_key: str | None = KEY, **config):
+        pilot = scripted_pilot(delay_s, tool_timeout_s)
+        settings = ServeConfig(model_name=MODEL, api_key=api_key, tool_timeout_s=tool_timeout_s, **config)
+        app = create_app(pilot, settings)
+        context = serving(app)
+        url = context.__enter__()
+        stack.append(context)
+        return url, app
+
+    yield make
+    for context in stack:
+        context.__exit__(None, None, None)

@@ -19,6 +19,7 @@ from geopilot.tool_output import Detection, ToolOutput
 from geopilot.wire import assistant_json
 
 KEY = "test-key"
+MODEL = "geopilot-tiny"
 
 
 class CategoriesParams(BaseModel):
@@ -64,9 +65,13 @@ def answer(value: str) -> str:
     return assistant_json(AssistantMessage(reasoning="From the tool output.", value=value))
 
 
+LONG_S = 5.0  # a turn of a question containing LONG takes this long (a long generation)
+
+
 class ScriptSession:
     """Stands in for KVSession: a question containing TOOL gets a detector plan, SLOW the slow tool, HANG the
-    hanging tool, anything else a direct answer; the answer turn after tools quotes the count. Streams in 4-character pieces."""
+        hanging tool, anything else a direct answer (LONG: after LONG_S); the answer turn after tools quotes the count. A one-row turn given a
+    `stream` sends 4-character pieces, its `delay_s` spread over them (KVSession too streams only one row)."""
 
     encode_seconds = 0.0
 
@@ -76,7 +81,10 @@ class ScriptSession:
         self.turn = [0] * len(prompts)
 
     def generate(self, rows, tails=None, stream=None, max_new_tokens=None):
-        time.sleep(self.delay_s)
+        delay = max(LONG_S if "LONG" in self.questions[r] else self.delay_s for r in rows)
+        if stream is None or len(rows) != 1:  # a streamed turn takes its delay piece by piece, as decoding does
+            time.sleep(delay)
+            stream = None
         turns = []
         for row in rows:
             question = self.questions[row]
@@ -92,9 +100,10 @@ class ScriptSession:
                 text = answer("There are 2 planes.")
             self.turn[row] += 1
             if stream is not None:
-                for start in range(0, len(text), 4):
+                starts = range(0, len(text), 4)
+                for start in starts:
+                    time.sleep(delay / len(starts))
                     stream(text[start : start + 4])
-                    time.sleep(self.delay_s / 10)
             turns.append(Turn(self.tokenizer(text, add_special_tokens=False)["input_ids"], text, True, 5, 0.001))
         return turns
 
@@ -141,3 +150,63 @@ def image_message(question: str, url: str | None = None) -> list[dict]:
             ],
         }
     ]
+
+
+@contextlib.contextmanager
+def image_host(drip_interval_s: float = 0.3, drip_bytes: int = 200):
+    """A loopback image server: `/drip` answers 200 and then one byte every `drip_interval_s` (a PNG signature,
+    then zeros), `drip_bytes` of them; any other path a small PNG at once. Yields its base URL."""
+    import http.server
+
+    image = png_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("content-type", "image/png")
+            if self.path != "/drip":
+                self.send_header("content-length", str(len(image)))
+                self.end_headers()
+                self.wfile.write(image)
+                return
+            self.end_headers()
+            body = b"\x89PNG\r\n\x1a\n".ljust(drip_bytes, b"\0")
+            try:
+                for index in range(drip_bytes):
+                    self.wfile.write(body[index : index + 1])
+                    self.wfile.flush()
+                    time.sleep(drip_interval_s)
+            except OSError:  # the server under test hung up at its deadline
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    class Quiet(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass
+
+    host = Quiet(("127.0.0.1", 0), Handler)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{host.server_address[1]}"
+    finally:
+        host.shutdown()
+        host.server_close()
+
+
+def header_png(width: int, height: int) -> bytes:
+    """A valid 1-bit PNG of width x height, all zeros (tiny however large: it compresses to almost nothing)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    row = b"\x00" * (1 + (width + 7) // 8)
+    compressor = zlib.compressobj(9)
+    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")

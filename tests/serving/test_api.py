@@ -10,29 +10,7 @@ import time
 import httpx
 import pytest
 
-from geopilot.serving.api import create_app
-from geopilot.serving.config import ServeConfig
-from serving.helpers import KEY, data_url, image_message, png_bytes, serving
-
-MODEL = "geopilot-tiny"
-
-
-@pytest.fixture
-def server(scripted_pilot):
-    """make(**config) -> base URL of a server around a scripted pilot (closed at the end of the test)."""
-    stack = []
-
-    def make(delay_s: float = 0.0, tool_timeout_s: float = 5.0, **config):
-        pilot = scripted_pilot(delay_s, tool_timeout_s)
-        app = create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, tool_timeout_s=tool_timeout_s, **config))
-        context = serving(app)
-        url = context.__enter__()
-        stack.append(context)
-        return url, app
-
-    yield make
-    for context in stack:
-        context.__exit__(None, None, None)
+from serving.helpers import KEY, MODEL, data_url, image_message, png_bytes
 
 
 def _client(url):
