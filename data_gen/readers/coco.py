@@ -14,9 +14,11 @@ from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
     BAD_POLYGON,
+    IGNORED,
     MALFORMED_FILE,
     MALFORMED_LINE,
     UNKNOWN_CLASS,
+    UNSAFE_CLASS_NAME,
     DatasetRootError,
     ReadResult,
     box_object,
@@ -84,6 +86,7 @@ def coco_records(
         for c in coco.dataset["categories"]
         if isinstance(c.get("name"), str) and c["name"].strip()
     }
+    unsafe = {i for i, name in category_names.items() if name is None}  # a path or markup: its objects are dropped
     orphans = [a for a in coco.dataset["annotations"] if a.get("image_id") not in coco.imgs]
     for ann in orphans:
         report.skip(MALFORMED_LINE, f"{annotation_file.name}: annotation {ann.get('id')} names unknown image")
@@ -108,6 +111,14 @@ def coco_records(
         record = AnnotationRecord(source, str(image_path), width, height, modality, split, Path(file_name).stem)
         for ann in coco.imgToAnns.get(image_id, []):
             where = f"{annotation_file.name} annotation {ann.get('id')}"
+            if ann.get("category_id") in unsafe:
+                report.skip(
+                    UNSAFE_CLASS_NAME, f"{where}: category {ann.get('category_id')} is named by a path or markup"
+                )
+                continue
+            if ann.get("ignore"):  # SARDet-100K: mmdet's CocoDataset.parse_data_info skips these
+                report.skip(IGNORED, f"{where}: marked ignore: 1")
+                continue
             label = category_names.get(ann.get("category_id"))
             if label is None:
                 report.skip(UNKNOWN_CLASS, f"{where}: category id {ann.get('category_id')} has no named category")
