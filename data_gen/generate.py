@@ -42,6 +42,7 @@ from geopilot.data_gen.abilities import (
 )
 from geopilot.data_gen.journal import Journal, summary
 from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
+from geopilot.data_gen.sources import SourceRead, read_source
 from geopilot.data_gen.validate import (
     SEMANTIC,
     AnswerReply,
@@ -70,6 +71,7 @@ class SourceConfig(StrictConfig):
     limit: int | None = Field(default=None, ge=1)  # use at most this many records (the first by record id)
     abilities: list[str] | None = None  # restrict this source to these abilities (default: the run's list)
     options: dict[str, Any] = {}  # keyword arguments of the reader, e.g. {split: train}
+    max_skip_fraction: float | None = Field(default=None, ge=0, le=1)  # this source's own limit (default: the run's)
 
 
 class LLMClientConfig(StrictConfig):
@@ -109,6 +111,8 @@ class GenerateConfig(StrictConfig):
     seed: int = 0
     shard_size: int = Field(default=1000, ge=1)
     max_regenerations: int = Field(default=3, ge=0)  # per stage; then the sample is dropped with its reason
+    # a source skipping more than this fraction of its items is an error (geopilot.data_gen.sources)
+    max_skip_fraction: float = Field(default=0.2, ge=0, le=1)
 
     def checked(self) -> GenerateConfig:
         unknown = sorted(
@@ -125,6 +129,9 @@ class GenerateConfig(StrictConfig):
         data = self.model_dump(mode="json")
         for key in RUN_ONLY_BACKEND_KEYS:
             data["backend"].pop(key)
+        data.pop("max_skip_fraction")  # gates a run, never changes a sample
+        for source in data["sources"]:
+            source.pop("max_skip_fraction")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -186,50 +193,73 @@ def dialogue_kind(dialogue: Dialogue) -> str:
     return "caption" if dialogue.task.lower() == "caption" or not has_user else "dialogue"
 
 
-def plan_jobs(config: GenerateConfig, readers: dict | None = None) -> Plan:
-    if readers is None:
-        from geopilot.data_gen.readers import READERS as readers
-    plan = Plan(jobs=[], read_reports={})
-    seen: set[str] = set()
+def read_sources(config: GenerateConfig, readers: dict | None = None) -> list[SourceRead]:
+    """Every source of the config through `read_source`: the first one that would give nothing is a SourceError."""
+    from geopilot.data_gen.readers import LAYOUTS
+    from geopilot.data_gen.readers import READERS as default_readers
+
+    readers = default_readers if readers is None else readers
+    reads = []
     for source in config.sources:
         if source.reader not in readers:
             raise ConfigError(f"unknown reader {source.reader!r}; available: {', '.join(readers)}")
-        records, report = readers[source.reader](source.root, **source.options)
-        key = source.reader if source.reader not in plan.read_reports else f"{source.reader}:{source.root}"
-        plan.read_reports[key] = {"records": report.records, "skipped": dict(report.skipped)}
-        records = sorted(records, key=lambda r: r.record_id)[: source.limit]
-        abilities = [a for a in config.abilities if source.abilities is None or a in source.abilities]
-        for record in records:
-            used = 0
-            for ability in abilities:
-                if not supports(ability, record):
-                    continue
-                if ability == GENERAL:
-                    ks = []
-                    for k, dialogue in enumerate(record.dialogues):
-                        if (
-                            record.modality == "optical"
-                            and dialogue_kind(dialogue) == "dialogue"
-                            and is_grounding_centred(dialogue)
-                        ):
-                            plan.skips["grounding_centred"] += 1
-                        elif is_counting_centred(dialogue):
-                            plan.skips["counting_centred"] += 1
-                        else:
-                            ks.append(k)
-                else:
-                    ks = list(range(config.samples_per_record))
-                for k in ks:
-                    sample_id = f"{source_slug(record.source)}/{record.record_id}/{ability}/{k}"
-                    if sample_id in seen:
-                        plan.skips["duplicate_record_id"] += 1
-                        continue
-                    seen.add(sample_id)
-                    plan.jobs.append(Job(len(plan.jobs), sample_id, record, Path(source.root), ability, k))
-                    used += 1
-            if not used:
-                plan.skips["no_usable_annotation"] += 1
+        limit = config.max_skip_fraction if source.max_skip_fraction is None else source.max_skip_fraction
+        reads.append(read_source(source.reader, source.root, source.options, readers, LAYOUTS, limit))
+    return reads
+
+
+def source_key(read: SourceRead, taken: dict) -> str:
+    return read.reader if read.reader not in taken else f"{read.reader}:{read.root}"
+
+
+def plan_jobs(config: GenerateConfig, readers: dict | None = None, reads: list[SourceRead] | None = None) -> Plan:
+    """The run's jobs in their fixed order; `reads` (one per source, as `read_sources` returns) skips re-reading."""
+    plan = Plan(jobs=[], read_reports={})
+    seen: set[str] = set()
+    for source, read in zip(config.sources, reads or read_sources(config, readers), strict=True):
+        report = read.report
+        plan.read_reports[source_key(read, plan.read_reports)] = {
+            "records": report.records,
+            "skipped": dict(report.skipped),
+        }
+        plan_source(plan, config, source, read, seen)
     return plan
+
+
+def plan_source(plan: Plan, config: GenerateConfig, source: SourceConfig, read: SourceRead, seen: set[str]) -> None:
+    """Append one source's jobs to `plan` (ids in `seen` are duplicates and skipped)."""
+    records = sorted(read.records, key=lambda r: r.record_id)[: source.limit]
+    abilities = [a for a in config.abilities if source.abilities is None or a in source.abilities]
+    for record in records:
+        used = 0
+        for ability in abilities:
+            if not supports(ability, record):
+                continue
+            if ability == GENERAL:
+                ks = []
+                for k, dialogue in enumerate(record.dialogues):
+                    if (
+                        record.modality == "optical"
+                        and dialogue_kind(dialogue) == "dialogue"
+                        and is_grounding_centred(dialogue)
+                    ):
+                        plan.skips["grounding_centred"] += 1
+                    elif is_counting_centred(dialogue):
+                        plan.skips["counting_centred"] += 1
+                    else:
+                        ks.append(k)
+            else:
+                ks = list(range(config.samples_per_record))
+            for k in ks:
+                sample_id = f"{source_slug(record.source)}/{record.record_id}/{ability}/{k}"
+                if sample_id in seen:
+                    plan.skips["duplicate_record_id"] += 1
+                    continue
+                seen.add(sample_id)
+                plan.jobs.append(Job(len(plan.jobs), sample_id, record, Path(source.root), ability, k))
+                used += 1
+        if not used:
+            plan.skips["no_usable_annotation"] += 1
 
 
 # ---- one sample ---------------------------------------------------------------------------------------------------
@@ -520,10 +550,11 @@ def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None
 
     config = config.checked()
     out_dir = Path(out_dir)
+    _check_same_run(out_dir, config, write=False)
+    prompts = load_prompts()
+    plan = plan_jobs(config, readers)  # a source that gives nothing fails here, before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     _check_same_run(out_dir, config)
-    prompts = load_prompts()
-    plan = plan_jobs(config, readers)
     journal = Journal(out_dir / "journal")
     entries = journal.recover()
     shard_of = {job.sample_id: job.index // config.shard_size for job in plan.jobs}
@@ -562,7 +593,7 @@ def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None
     return RunResult(manifest, report, new, resumed, seconds)
 
 
-def _check_same_run(out_dir: Path, config: GenerateConfig) -> None:
+def _check_same_run(out_dir: Path, config: GenerateConfig, write: bool = True) -> None:
     run_file = out_dir / "run.json"
     digest = config.content_hash()
     if run_file.is_file():
@@ -572,7 +603,7 @@ def _check_same_run(out_dir: Path, config: GenerateConfig) -> None:
                 f"{out_dir} holds a run started with a different config (hash {started.get('config_hash')}, now {digest}); "
                 "resume with the same config or choose a new --out"
             )
-    else:
+    elif write:
         atomic_write(run_file, json.dumps({"config_hash": digest, "config": config.model_dump(mode="json")}, indent=2))
 
 
