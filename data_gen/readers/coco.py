@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
@@ -25,6 +24,7 @@ from geopilot.data_gen.readers.common import (
     checked_image,
     class_label,
     finish,
+    load_json,
 )
 from geopilot.records import AnnotationRecord, ReadReport
 from geopilot.sample import Modality
@@ -37,10 +37,7 @@ def load_coco(annotation_file: Path, dataset: str, report: ReadReport):
     Entries pycocotools' index cannot take (not an object, no id) are dropped and counted."""
     from pycocotools.coco import COCO
 
-    try:
-        data = json.loads(annotation_file.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DatasetRootError(f"{dataset}: cannot read annotation file {annotation_file}: {err}") from err
+    data = load_json(annotation_file, dataset)
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "categories")):
         raise DatasetRootError(f"{dataset}: {annotation_file} is not COCO JSON (needs 'images' and 'categories' lists)")
     data.setdefault("annotations", [])

@@ -21,7 +21,6 @@ Run: `read_geochat(Path("GeoChat"))`.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -33,6 +32,7 @@ from geopilot.data_gen.readers.common import (
     ReadResult,
     checked_image,
     finish,
+    load_json,
     polygon_object,
     require_dir,
 )
@@ -140,10 +140,7 @@ def read_geochat(
 ) -> ReadResult:
     root = require_dir(root, "GeoChat-Instruct", f"expected {annotation_file} and {image_dir}/")
     path = root / annotation_file
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DatasetRootError(f"GeoChat-Instruct: cannot read {path}: {err}") from err
+    entries = load_json(path, "GeoChat-Instruct")
     if not isinstance(entries, list):
         raise DatasetRootError(f"GeoChat-Instruct: {path} must hold a JSON array of records")
     report = ReadReport()
