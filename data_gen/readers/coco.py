@@ -37,7 +37,7 @@ def load_coco(annotation_file: Path, dataset: str, report: ReadReport):
     Entries pycocotools' index cannot take (not an object, no id) are dropped and counted."""
     from pycocotools.coco import COCO
 
-    data = load_json(annotation_file, dataset)
+    data = load_json(annotation_file, dataset, "annotation file")
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "categories")):
         raise DatasetRootError(f"{dataset}: {annotation_file} is not COCO JSON (needs 'images' and 'categories' lists)")
     data.setdefault("annotations", [])

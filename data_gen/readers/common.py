@@ -95,13 +95,14 @@ def parse_json(text: str) -> Any:
         raise ValueError("JSON nested too deep to parse") from None
 
 
-def load_json(path: Path, dataset: str) -> Any:
+def load_json(path: Path, dataset: str, what: str = "") -> Any:
     """A JSON file the whole source hangs on (annotation array, COCO file, split list): its value, or a one-line
     DatasetRootError (unreadable, not UTF-8, not JSON, nested 100k deep)."""
     try:
         return parse_json(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise DatasetRootError(f"{dataset}: cannot read {path}: {str(err).splitlines()[0][:200]}") from None
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise DatasetRootError(f"{dataset}: cannot read {what + ' ' if what else ''}{path}: {reason}") from None
 
 
 def root_entries(root: Path | str, limit: int = 10) -> str:
