@@ -52,6 +52,8 @@ def killed_halfway(config_path: Path, out: Path, shard: str) -> int:
         from geopilot.config import load_config
         from geopilot.data_gen.generate import GenerateConfig, generate_dataset
         from geopilot.data_gen.shards import parse_shard
+        from geopilot.data_gen.templates import TemplateClient
+        TemplateClient.concurrency = 1  # one job in flight: the kill lands with half the journal written
         def progress(done, total):
             if done >= total // 2:
                 os.kill(os.getpid(), signal.SIGKILL)
