@@ -42,6 +42,8 @@ from geopilot.data_gen.abilities import (
 )
 from geopilot.data_gen.journal import Journal, summary
 from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
+from geopilot.data_gen.shards import RunLock, Shard, identity_difference, run_identity
+from geopilot.data_gen.sources import SourceRead, read_source
 from geopilot.data_gen.validate import (
     SEMANTIC,
     AnswerReply,
@@ -70,6 +72,7 @@ class SourceConfig(StrictConfig):
     limit: int | None = Field(default=None, ge=1)  # use at most this many records (the first by record id)
     abilities: list[str] | None = None  # restrict this source to these abilities (default: the run's list)
     options: dict[str, Any] = {}  # keyword arguments of the reader, e.g. {split: train}
+    max_skip_fraction: float | None = Field(default=None, ge=0, le=1)  # this source's own limit (default: the run's)
 
 
 class LLMClientConfig(StrictConfig):
@@ -109,6 +112,8 @@ class GenerateConfig(StrictConfig):
     seed: int = 0
     shard_size: int = Field(default=1000, ge=1)
     max_regenerations: int = Field(default=3, ge=0)  # per stage; then the sample is dropped with its reason
+    # a source skipping more than this fraction of its items is an error (geopilot.data_gen.sources)
+    max_skip_fraction: float = Field(default=0.2, ge=0, le=1)
 
     def checked(self) -> GenerateConfig:
         unknown = sorted(
@@ -125,6 +130,9 @@ class GenerateConfig(StrictConfig):
         data = self.model_dump(mode="json")
         for key in RUN_ONLY_BACKEND_KEYS:
             data["backend"].pop(key)
+        data.pop("max_skip_fraction")  # gates a run, never changes a sample
+        for source in data["sources"]:
+            source.pop("max_skip_fraction")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -186,50 +194,73 @@ def dialogue_kind(dialogue: Dialogue) -> str:
     return "caption" if dialogue.task.lower() == "caption" or not has_user else "dialogue"
 
 
-def plan_jobs(config: GenerateConfig, readers: dict | None = None) -> Plan:
-    if readers is None:
-        from geopilot.data_gen.readers import READERS as readers
-    plan = Plan(jobs=[], read_reports={})
-    seen: set[str] = set()
+def read_sources(config: GenerateConfig, readers: dict | None = None) -> list[SourceRead]:
+    """Every source of the config through `read_source`: the first one that would give nothing is a SourceError."""
+    from geopilot.data_gen.readers import LAYOUTS
+    from geopilot.data_gen.readers import READERS as default_readers
+
+    readers = default_readers if readers is None else readers
+    reads = []
     for source in config.sources:
         if source.reader not in readers:
             raise ConfigError(f"unknown reader {source.reader!r}; available: {', '.join(readers)}")
-        records, report = readers[source.reader](source.root, **source.options)
-        key = source.reader if source.reader not in plan.read_reports else f"{source.reader}:{source.root}"
-        plan.read_reports[key] = {"records": report.records, "skipped": dict(report.skipped)}
-        records = sorted(records, key=lambda r: r.record_id)[: source.limit]
-        abilities = [a for a in config.abilities if source.abilities is None or a in source.abilities]
-        for record in records:
-            used = 0
-            for ability in abilities:
-                if not supports(ability, record):
-                    continue
-                if ability == GENERAL:
-                    ks = []
-                    for k, dialogue in enumerate(record.dialogues):
-                        if (
-                            record.modality == "optical"
-                            and dialogue_kind(dialogue) == "dialogue"
-                            and is_grounding_centred(dialogue)
-                        ):
-                            plan.skips["grounding_centred"] += 1
-                        elif is_counting_centred(dialogue):
-                            plan.skips["counting_centred"] += 1
-                        else:
-                            ks.append(k)
-                else:
-                    ks = list(range(config.samples_per_record))
-                for k in ks:
-                    sample_id = f"{source_slug(record.source)}/{record.record_id}/{ability}/{k}"
-                    if sample_id in seen:
-                        plan.skips["duplicate_record_id"] += 1
-                        continue
-                    seen.add(sample_id)
-                    plan.jobs.append(Job(len(plan.jobs), sample_id, record, Path(source.root), ability, k))
-                    used += 1
-            if not used:
-                plan.skips["no_usable_annotation"] += 1
+        limit = config.max_skip_fraction if source.max_skip_fraction is None else source.max_skip_fraction
+        reads.append(read_source(source.reader, source.root, source.options, readers, LAYOUTS, limit))
+    return reads
+
+
+def source_key(read: SourceRead, taken: dict) -> str:
+    return read.reader if read.reader not in taken else f"{read.reader}:{read.root}"
+
+
+def plan_jobs(config: GenerateConfig, readers: dict | None = None, reads: list[SourceRead] | None = None) -> Plan:
+    """The run's jobs in their fixed order; `reads` (one per source, as `read_sources` returns) skips re-reading."""
+    plan = Plan(jobs=[], read_reports={})
+    seen: set[str] = set()
+    for source, read in zip(config.sources, reads or read_sources(config, readers), strict=True):
+        report = read.report
+        plan.read_reports[source_key(read, plan.read_reports)] = {
+            "records": report.records,
+            "skipped": dict(report.skipped),
+        }
+        plan_source(plan, config, source, read, seen)
     return plan
+
+
+def plan_source(plan: Plan, config: GenerateConfig, source: SourceConfig, read: SourceRead, seen: set[str]) -> None:
+    """Append one source's jobs to `plan` (ids in `seen` are duplicates and skipped)."""
+    records = sorted(read.records, key=lambda r: r.record_id)[: source.limit]
+    abilities = [a for a in config.abilities if source.abilities is None or a in source.abilities]
+    for record in records:
+        used = 0
+        for ability in abilities:
+            if not supports(ability, record):
+                continue
+            if ability == GENERAL:
+                ks = []
+                for k, dialogue in enumerate(record.dialogues):
+                    if (
+                        record.modality == "optical"
+                        and dialogue_kind(dialogue) == "dialogue"
+                        and is_grounding_centred(dialogue)
+                    ):
+                        plan.skips["grounding_centred"] += 1
+                    elif is_counting_centred(dialogue):
+                        plan.skips["counting_centred"] += 1
+                    else:
+                        ks.append(k)
+            else:
+                ks = list(range(config.samples_per_record))
+            for k in ks:
+                sample_id = f"{source_slug(record.source)}/{record.record_id}/{ability}/{k}"
+                if sample_id in seen:
+                    plan.skips["duplicate_record_id"] += 1
+                    continue
+                seen.add(sample_id)
+                plan.jobs.append(Job(len(plan.jobs), sample_id, record, Path(source.root), ability, k))
+                used += 1
+        if not used:
+            plan.skips["no_usable_annotation"] += 1
 
 
 # ---- one sample ---------------------------------------------------------------------------------------------------
@@ -514,79 +545,107 @@ class RunResult:
     seconds: float  # wall time of the generation phase (reading sources and writing outputs not included)
 
 
-def generate_dataset(config: GenerateConfig, out_dir: Path, readers: dict | None = None, progress=None) -> RunResult:
-    """Plan, generate what the journal lacks, and write shards + manifest + report. Safe to rerun after a kill."""
-    from geopilot.data_gen.report import build_report, write_report
+def generate_dataset(
+    config: GenerateConfig, out_dir: Path, readers: dict | None = None, progress=None, shard: Shard | None = None
+) -> RunResult:
+    """Plan, generate what the journal lacks, and write shards + manifest + report. Safe to rerun after a kill.
+    With `shard`, only the jobs of that shard (`geopilot.data_gen.shards`); `geopilot generate merge` joins them."""
+    from geopilot.data_gen.report import build_report, plan_facts, write_report
 
     config = config.checked()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _check_same_run(out_dir, config)
+    identity = run_identity(config.content_hash(), shard)
+    _check_same_run(out_dir, identity)
     prompts = load_prompts()
-    plan = plan_jobs(config, readers)
-    journal = Journal(out_dir / "journal")
-    entries = journal.recover()
-    shard_of = {job.sample_id: job.index // config.shard_size for job in plan.jobs}
-    todo = [job for job in plan.jobs if job.sample_id not in entries]
-    resumed = len(plan.jobs) - len(todo)
-    llm = build_llm_client(config.backend, out_dir / "llm_cache")
-    generator = SampleGenerator(llm, prompts, config.seed, config.max_regenerations, out_dir)
-    new = 0
+    plan = plan_jobs(config, readers)  # a source that gives nothing fails here, before anything is written
+    facts = plan_facts(plan)
+    jobs = plan.jobs if shard is None else [job for job in plan.jobs if shard.holds(job.sample_id)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(out_dir):
+        _check_same_run(out_dir, identity)
+        if not (out_dir / "run.json").is_file():
+            atomic_write(
+                out_dir / "run.json", json.dumps({**identity, "config": config.model_dump(mode="json")}, indent=2)
+            )
+        atomic_write(out_dir / "plan.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
+        journal = Journal(out_dir / "journal")
+        entries = journal.recover()
+        todo = [job for job in jobs if job.sample_id not in entries]
+        resumed = len(jobs) - len(todo)
+        llm = build_llm_client(config.backend, out_dir / "llm_cache")
+        generator = SampleGenerator(llm, prompts, config.seed, config.max_regenerations, out_dir)
+        new = 0
 
-    async def on_done(outcome: Outcome) -> None:
-        nonlocal new
-        entry = outcome.entry()
-        await journal.commit(shard_of[entry["id"]], entry)
-        entries[entry["id"]] = summary(entry)
-        new += 1
-        if progress is not None:
-            progress(resumed + new, len(plan.jobs))
+        async def on_done(outcome: Outcome) -> None:
+            nonlocal new
+            entry = outcome.entry()
+            await journal.commit(outcome.job.index // config.shard_size, entry)
+            entries[entry["id"]] = summary(entry)
+            new += 1
+            if progress is not None:
+                progress(resumed + new, len(jobs))
 
-    async def main() -> None:
+        async def main() -> None:
+            try:
+                await run_jobs(todo, generator, on_done, llm.concurrency)
+            finally:
+                await llm.aclose()
+
+        start = time.perf_counter()
         try:
-            await run_jobs(todo, generator, on_done, llm.concurrency)
-        finally:
-            await llm.aclose()
-
-    start = time.perf_counter()
-    try:
-        asyncio.run(main())
-    finally:  # what finished is written out even when the endpoint went down
-        seconds = time.perf_counter() - start
-        journal.close()
-        manifest = write_shards(out_dir, config, plan, journal, prompts, llm)
-        report = build_report(
-            plan, entries, config, manifest, torn_lines=journal.torn_lines, corrupt_lines=journal.corrupt_lines
-        )
-        write_report(out_dir, report)
+            asyncio.run(main())
+        finally:  # what finished is written out even when the endpoint went down
+            seconds = time.perf_counter() - start
+            journal.close()
+            backend = {"kind": llm.name, "model": llm.model}
+            prompt_versions = {name: p.version for name, p in prompts.items()}
+            placed = [(job.index, job.sample_id) for job in jobs]
+            manifest = write_shards(out_dir, config, placed, journal.read_shard, backend, prompt_versions, shard, facts)
+            report = build_report(
+                facts,
+                [sample_id for _, sample_id in placed],
+                entries,
+                config,
+                manifest,
+                torn_lines=journal.torn_lines,
+                corrupt_lines=journal.corrupt_lines,
+            )
+            write_report(out_dir, report)
     return RunResult(manifest, report, new, resumed, seconds)
 
 
-def _check_same_run(out_dir: Path, config: GenerateConfig) -> None:
+def _check_same_run(out_dir: Path, identity: dict) -> None:
     run_file = out_dir / "run.json"
-    digest = config.content_hash()
     if run_file.is_file():
-        started = json.loads(run_file.read_text(encoding="utf-8"))
-        if started.get("config_hash") != digest:
+        difference = identity_difference(json.loads(run_file.read_text(encoding="utf-8")), identity)
+        if difference is not None:
             raise ConfigError(
-                f"{out_dir} holds a run started with a different config (hash {started.get('config_hash')}, now {digest}); "
-                "resume with the same config or choose a new --out"
+                f"{out_dir} holds a run started with {difference}; resume with the same config, shard and code, "
+                "or choose a new --out"
             )
-    else:
-        atomic_write(run_file, json.dumps({"config_hash": digest, "config": config.model_dump(mode="json")}, indent=2))
 
 
-def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Journal, prompts: dict, llm) -> dict:
+def write_shards(
+    out_dir: Path,
+    config: GenerateConfig,
+    placed: list[tuple[int, str]],
+    read_bucket,
+    backend: dict,
+    prompt_versions: dict,
+    shard: Shard | None,
+    facts: dict,
+) -> dict:
     """Rebuild `shard-NNNNN.jsonl` (samples) and `provenance/shard-NNNNN.jsonl` (per-sample meta) in job order,
-    one shard at a time from its journal; every kept sample is re-validated against the schema on the way."""
+    one file (`shard_size` consecutive job indices) at a time from `read_bucket(n)` (its journal entries by id);
+    every kept sample is re-validated against the schema on the way. `placed`: (job index, sample id) in order."""
     (out_dir / "provenance").mkdir(exist_ok=True)
-    by_shard: dict[int, list[Job]] = {}
-    for job in plan.jobs:
-        by_shard.setdefault(job.index // config.shard_size, []).append(job)
+    by_bucket: dict[int, list[str]] = {}
+    for index, sample_id in placed:
+        by_bucket.setdefault(index // config.shard_size, []).append(sample_id)
     shards, invalid = [], 0
-    for shard, jobs in sorted(by_shard.items()):
-        entries = journal.read_shard(shard)
-        done = [entries[j.sample_id] for j in jobs if j.sample_id in entries]
+    for bucket, sample_ids in sorted(by_bucket.items()):
+        entries = read_bucket(bucket)
+        done = [entries[i] for i in sample_ids if i in entries]
         kept = []
         for entry in done:
             if entry["status"] != "kept":
@@ -600,7 +659,7 @@ def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Jou
         meta = [
             json.dumps({"id": e["id"], "status": e["status"], **e["meta"]}, ensure_ascii=False) + "\n" for e in done
         ]
-        name = f"shard-{shard:05d}.jsonl"
+        name = f"shard-{bucket:05d}.jsonl"
         text = "".join(kept)
         atomic_write(out_dir / name, text)
         atomic_write(out_dir / "provenance" / name, "".join(meta))
@@ -609,7 +668,7 @@ def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Jou
                 "path": name,
                 "samples": len(kept),
                 "dropped": len(done) - len(kept),
-                "pending": len(jobs) - len(done),
+                "pending": len(sample_ids) - len(done),
                 "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
             }
         )
@@ -620,12 +679,14 @@ def write_shards(out_dir: Path, config: GenerateConfig, plan: Plan, journal: Jou
         "dropped": sum(s["dropped"] for s in shards),
         "pending": pending,
         "schema_invalid": invalid,  # kept in the journal but failing the schema now: left out of the shards
-        "jobs": len(plan.jobs),
+        "jobs": len(placed),
+        "jobs_total": facts["jobs_total"],  # of the whole run (all shards)
+        "shard": str(shard) if shard else None,
         "shards": shards,
         "config_hash": config.content_hash(),
         "config": config.model_dump(mode="json"),
-        "backend": {"kind": llm.name, "model": llm.model},
-        "prompt_versions": {name: p.version for name, p in prompts.items()},
+        "backend": backend,
+        "prompt_versions": prompt_versions,
         "tool_outputs": "ground truth via the annotation-backed backend (geopilot.tools.annotations), provenance 'annotations'",
     }
     atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

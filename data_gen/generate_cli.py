@@ -1,7 +1,9 @@
-"""`geopilot generate --config configs/data_gen/<name>.yaml --out DIR [key=value ...]`: write a tool-trace dataset.
+"""`geopilot generate --config configs/data_gen/<name>.yaml --out DIR [--shard i/N] [key=value ...]`: write a
+tool-trace dataset; `geopilot generate merge D1 D2 ... --out DIR` joins the N shards of one run into one dataset.
 
 Writes `DIR/shard-NNNNN.jsonl` (samples), `DIR/manifest.json`, `DIR/report.json` + `DIR/report.md`, and keeps
-`DIR/journal/` so that a killed run, restarted with the same command, finishes with the same samples.
+`DIR/journal/` so that a killed run (or shard), restarted with the same command, finishes with the same samples.
+Run `geopilot data check --config C` first on a new machine. Many machines: docs/data_gen.md.
 Exit codes: 0 done, 2 bad config or input, 1 the LLM endpoint failed (what was done is kept; rerun to resume).
 """
 
@@ -13,20 +15,28 @@ import sys
 from pathlib import Path
 
 from geopilot.config import add_override_arguments, load_config
+from geopilot.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, type=Path, help="YAML config (see configs/data_gen/)")
+    parser.add_argument("--config", type=Path, help="YAML config (see configs/data_gen/); required but for merge")
     parser.add_argument("--out", required=True, type=Path, help="output folder (reuse it to resume)")
-    add_override_arguments(parser, "backend.concurrency=32")
+    parser.add_argument("--shard", metavar="i/N", help="generate only shard i of N (0 <= i < N); merge them after")
+    add_override_arguments(parser, "backend.concurrency=32  (or: merge D1 D2 ... --out D)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.overrides[:1] == ["merge"]:
+        return _merge(args)
     from geopilot.data_gen.generate import GenerateConfig, generate_dataset
     from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable
+    from geopilot.data_gen.shards import parse_shard
 
+    if args.config is None:
+        raise ConfigError("--config is required (or: geopilot generate merge D1 D2 ... --out D)")
+    shard = parse_shard(args.shard) if args.shard is not None else None
     config = load_config(GenerateConfig, args.config, args.overrides)
     step = {"next": 0}
 
@@ -34,19 +44,39 @@ def run(args: argparse.Namespace) -> int:
         if args.quiet or done < step["next"] and done != total:
             return
         step["next"] = done + max(1, total // 20)
-        print(f"generate: {done}/{total} jobs", file=sys.stderr, flush=True)
+        print(f"generate{f' shard {shard}' if shard else ''}: {done}/{total} jobs", file=sys.stderr, flush=True)
 
     try:
-        result = generate_dataset(config, args.out, progress=progress)
+        result = generate_dataset(config, args.out, progress=progress, shard=shard)
     except (EndpointUnavailable, EndpointRejected) as err:
         print(f"geopilot generate: error: {err}", file=sys.stderr)
         return 1
-    report = result.report
+    _print(
+        args,
+        result.report,
+        len(result.manifest["shards"]),
+        f" ({result.new} generated now, {result.resumed} already done)",
+    )
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from geopilot.data_gen.merge import merge_shards
+
+    if args.shard is not None or args.config is not None:
+        raise ConfigError("merge takes shard folders and --out only (their configs are in the folders)")
+    folders = [Path(word) for word in args.overrides[1:]]
+    report = merge_shards(folders, args.out)
+    manifest = json.loads((Path(args.out) / "manifest.json").read_text(encoding="utf-8"))
+    _print(args, report, len(manifest["shards"]), f" (merged from {len(folders)} shards)")
+    return 0
+
+
+def _print(args: argparse.Namespace, report: dict, files: int, detail: str) -> None:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(
-            f"{report['kept']} samples in {len(result.manifest['shards'])} shard(s), {report['dropped']} dropped "
-            f"({result.new} generated now, {result.resumed} already done); report: {Path(args.out) / 'report.md'}"
+            f"{report['kept']} samples in {files} shard(s), {report['dropped']} dropped{detail}; "
+            f"report: {Path(args.out) / 'report.md'}"
         )
-    return 0

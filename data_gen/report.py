@@ -37,11 +37,29 @@ def unknown_class_names(plan) -> dict[str, dict[str, int]]:
     return {source: dict(counts.most_common()) for source, counts in sorted(found.items()) if counts}
 
 
+def plan_facts(plan) -> dict:
+    """What the report needs of the whole plan, beyond the jobs' own entries: every shard of a run computes the same
+    facts (each plans the whole run), stores them in `plan.json`, and `geopilot generate merge` reports them once."""
+    return {
+        "jobs_total": len(plan.jobs),
+        "read_reports": plan.read_reports,
+        "generator_skips": dict(plan.skips.most_common()),
+        "unknown_class_names": unknown_class_names(plan),
+    }
+
+
 def build_report(
-    plan, entries: dict[str, dict], config, manifest: dict, torn_lines: int = 0, corrupt_lines: int = 0
+    facts: dict,
+    job_ids: list[str],
+    entries: dict[str, dict],
+    config,
+    manifest: dict,
+    torn_lines: int = 0,
+    corrupt_lines: int = 0,
 ) -> dict:
-    """`entries`: journal summaries by sample id (`geopilot.data_gen.journal.summary`)."""
-    done = [entries[job.sample_id] for job in plan.jobs if job.sample_id in entries]
+    """`facts`: `plan_facts(plan)`; `job_ids`: the jobs this report covers, in job order; `entries`: journal
+    summaries by sample id (`geopilot.data_gen.journal.summary`)."""
+    done = [entries[sample_id] for sample_id in job_ids if sample_id in entries]
     kept = [e for e in done if e["status"] == "kept"]
 
     cells: dict[tuple[str, str], dict] = defaultdict(lambda: {"size": 0, "sources": set(), "tools": set()})
@@ -88,14 +106,14 @@ def build_report(
     retries = Counter()
     for entry in done:
         retries.update(entry["meta"].get("retries", {}))
-    reader_skips = {name: r["skipped"] for name, r in plan.read_reports.items()}
+    reader_skips = {name: r["skipped"] for name, r in facts["read_reports"].items()}
     return {
-        "jobs": len(plan.jobs),
+        "jobs": len(job_ids),
         "finished": len(done),
         "kept": len(kept),
         "dropped": len(done) - len(kept),
-        "pending": len(plan.jobs) - len(done),
-        "complete": len(done) == len(plan.jobs),
+        "pending": len(job_ids) - len(done),
+        "complete": len(done) == len(job_ids),
         "schema_invalid_kept": manifest["schema_invalid"],
         "backend": {
             "kind": config.backend.kind,
@@ -123,10 +141,10 @@ def build_report(
         ),
         "http_retries_by_cause": dict(retries.most_common()),
         "cache_hits": sum(e["meta"].get("cache_hits", 0) for e in done),
-        "reader_records": {name: r["records"] for name, r in plan.read_reports.items()},
+        "reader_records": {name: r["records"] for name, r in facts["read_reports"].items()},
         "reader_skips_by_cause": reader_skips,
-        "generator_skips_by_cause": dict(plan.skips.most_common()),
-        "unknown_class_names": unknown_class_names(plan),
+        "generator_skips_by_cause": facts["generator_skips"],
+        "unknown_class_names": facts["unknown_class_names"],
         "journal_torn_lines_repaired": torn_lines,
         "journal_corrupt_lines_skipped": corrupt_lines,
     }

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("geopilot.tools.cli", "list the task-level tools, or run one on an image"),
     "mcp": ("geopilot.tools.mcp_server", "serve the tools over MCP (stdio or streamable HTTP)"),
     "synth": ("geopilot.data_gen.synth_cli", "write synthetic optical/SAR scenes with annotations in real formats"),
+    "data": ("geopilot.data_gen.data_cli", "`data check`: read every source of a generation config, generate nothing"),
     "generate": ("geopilot.data_gen.generate_cli", "generate tool-trace training data from dataset annotations"),
     "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
     "indicators": ("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),

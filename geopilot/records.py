@@ -76,6 +76,7 @@ class ReadReport:
     records: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # cause -> a few messages naming files
+    layout: str = ""  # which of the source's distributed layouts the reader recognised (data_gen readers)
 
     def skip(self, cause: str, message: str) -> None:
         self.skipped[cause] = self.skipped.get(cause, 0) + 1

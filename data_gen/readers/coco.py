@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
     BAD_POLYGON,
+    IGNORED,
     MALFORMED_FILE,
     MALFORMED_LINE,
     UNKNOWN_CLASS,
+    UNSAFE_CLASS_NAME,
     DatasetRootError,
     ReadResult,
     box_object,
     checked_image,
     class_label,
     finish,
+    load_json,
 )
 from geopilot.records import AnnotationRecord, ReadReport
 from geopilot.sample import Modality
@@ -35,10 +37,7 @@ def load_coco(annotation_file: Path, dataset: str, report: ReadReport):
     Entries pycocotools' index cannot take (not an object, no id) are dropped and counted."""
     from pycocotools.coco import COCO
 
-    try:
-        data = json.loads(annotation_file.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DatasetRootError(f"{dataset}: cannot read annotation file {annotation_file}: {err}") from err
+    data = load_json(annotation_file, dataset, "annotation file")
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "categories")):
         raise DatasetRootError(f"{dataset}: {annotation_file} is not COCO JSON (needs 'images' and 'categories' lists)")
     data.setdefault("annotations", [])
@@ -84,6 +83,7 @@ def coco_records(
         for c in coco.dataset["categories"]
         if isinstance(c.get("name"), str) and c["name"].strip()
     }
+    unsafe = {i for i, name in category_names.items() if name is None}  # a path or markup: its objects are dropped
     orphans = [a for a in coco.dataset["annotations"] if a.get("image_id") not in coco.imgs]
     for ann in orphans:
         report.skip(MALFORMED_LINE, f"{annotation_file.name}: annotation {ann.get('id')} names unknown image")
@@ -108,6 +108,14 @@ def coco_records(
         record = AnnotationRecord(source, str(image_path), width, height, modality, split, Path(file_name).stem)
         for ann in coco.imgToAnns.get(image_id, []):
             where = f"{annotation_file.name} annotation {ann.get('id')}"
+            if ann.get("category_id") in unsafe:
+                report.skip(
+                    UNSAFE_CLASS_NAME, f"{where}: category {ann.get('category_id')} is named by a path or markup"
+                )
+                continue
+            if ann.get("ignore"):  # SARDet-100K: mmdet's CocoDataset.parse_data_info skips these
+                report.skip(IGNORED, f"{where}: marked ignore: 1")
+                continue
             label = category_names.get(ann.get("category_id"))
             if label is None:
                 report.skip(UNKNOWN_CLASS, f"{where}: category id {ann.get('category_id')} has no named category")

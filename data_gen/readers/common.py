@@ -6,9 +6,12 @@ below; only a missing or unusable dataset root raises (`DatasetRootError`, a `Ge
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import defusedxml.ElementTree as SafeET
 import numpy as np
@@ -32,6 +35,10 @@ BAD_POLYGON = "bad_polygon"  # fewer than 3 points, or zero area
 BAD_GEOMETRY = "bad_geometry"  # a box that is empty or lies outside the image
 UNKNOWN_CLASS = "unknown_class"  # a label code / category id the dataset does not define (names are never skipped)
 SIZE_MISMATCH = "size_mismatch"  # a mask / paired image whose size differs from the image's
+UNSAFE_CLASS_NAME = "unsafe_class_name"  # a class name that is a path or markup (`../etc/passwd`, `<script>`)
+OVERSIZED_FIELD = "oversized_field"  # a CSV row with a field over the csv module's 128 KiB limit
+NOT_UTF8 = "not_utf8"  # a row (CSV line, JSONL line) holding bytes that are not UTF-8 (binary garbage)
+IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100K `ignore: 1`), as its loader does
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 
@@ -55,10 +62,72 @@ def read_index_file(path: Path, dataset: str) -> str:
         raise DatasetRootError(f"{dataset}: cannot read {path}: {err}") from err
 
 
-def class_label(raw: str, dataset: str) -> str:
+MAX_CLASS_NAME = 80  # characters; the longest real one (DIOR "Expressway-Service-area") has 23
+_UNSAFE_NAME = re.compile(r"[<>/\\\x00-\x1f\x7f]|^\.")
+
+
+def unsafe_name(raw: str) -> str | None:
+    """Why a class name cannot go into a trace verbatim (a path, markup, control characters, absurd length), or None."""
+    if len(raw) > MAX_CLASS_NAME:
+        return f"{len(raw)} characters"
+    found = _UNSAFE_NAME.search(raw)
+    return f"contains {found.group(0)!r}" if found else None
+
+
+def class_label(raw: str, dataset: str, report: ReadReport | None = None, where: str = "") -> str | None:
     """Source class name -> record label: the canonical class (`geopilot.vocabulary`, "storagetank" -> "storage
-    tank"). A name in no vocabulary is kept verbatim (the generation report counts it), never dropped."""
-    return canonical_class(raw.strip(), dataset)
+    tank"). A name in no vocabulary is kept verbatim (the generation report counts it), never dropped; a name that
+    is a path or markup is counted (`unsafe_class_name`) and None is returned: its object is dropped."""
+    name = raw.strip()
+    reason = unsafe_name(name)
+    if reason is None:
+        return canonical_class(name, dataset)
+    if report is not None:
+        report.skip(UNSAFE_CLASS_NAME, f"{where}: class name {name[:40]!r} {reason}")
+    return None
+
+
+def parse_json(text: str) -> Any:
+    """json.loads, with nesting too deep for the parser reported as the ValueError every other bad JSON is."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to parse") from None
+
+
+def load_json(path: Path, dataset: str, what: str = "") -> Any:
+    """A JSON file the whole source hangs on (annotation array, COCO file, split list): its value, or a one-line
+    DatasetRootError (unreadable, not UTF-8, not JSON, nested 100k deep)."""
+    try:
+        return parse_json(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise DatasetRootError(f"{dataset}: cannot read {what + ' ' if what else ''}{path}: {reason}") from None
+
+
+def root_entries(root: Path | str, limit: int = 10) -> str:
+    """The first entries under a root, one level into each folder: "train/ (images/, labelTxt-v1.0/), readme.txt"."""
+
+    def listing(folder: Path, n: int) -> tuple[list[str], int]:
+        try:
+            children = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
+        except OSError:
+            return [], 0
+        return [c.name + ("/" if c.is_dir() else "") for c in children[:n]], max(0, len(children) - n)
+
+    root = Path(root)
+    if not root.is_dir():
+        return "(not a folder)" if root.exists() else "(does not exist)"
+    top, more = listing(root, limit)
+    if not top:
+        return "(empty)"
+    parts = []
+    for name in top:
+        if name.endswith("/"):
+            inner, inner_more = listing(root / name, 4)
+            name += f" ({', '.join(inner)}{f', +{inner_more} more' if inner_more else ''})" if inner else " (empty)"
+        parts.append(name)
+    return ", ".join(parts) + (f", +{more} more" if more else "")
 
 
 def image_size(path: Path) -> tuple[int, int] | None:

@@ -53,19 +53,19 @@ def _parse_objects(root: ET.Element, variant: str, width: int, height: int, reco
         if not raw:
             report.skip(MALFORMED_LINE, f"{where}: no <name>")
             continue
-        label = class_label(raw, "DIOR")
+        label = class_label(raw, "DIOR", report, where)
+        if label is None:
+            continue
         difficult = (obj.findtext("difficult") or "0").strip() not in ("0", "")
         try:
-            if variant == "obb":
-                rbox = obj.find("robndbox")
-                if rbox is None:
-                    raise ValueError("missing <robndbox>")
+            rbox = obj.find("robndbox")
+            if variant == "obb" and rbox is not None:
                 points = [(_number(rbox, f"x_{c}"), _number(rbox, f"y_{c}")) for c in OBB_CORNERS]
                 made = polygon_object(points, width, height, label, difficult=difficult)
-            else:
+            else:  # hbb, or a DIOR-R object that has only the axis-aligned <bndbox>: its box is its outline
                 bbox = obj.find("bndbox")
                 if bbox is None:
-                    raise ValueError("missing <bndbox>")
+                    raise ValueError("missing <robndbox>" if variant == "obb" else "missing <bndbox>")
                 x1, y1, x2, y2 = (_number(bbox, tag) for tag in ("xmin", "ymin", "xmax", "ymax"))
                 made = box_object(x1, y1, x2, y2, width, height, label, difficult=difficult)
         except ValueError as err:

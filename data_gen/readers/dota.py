@@ -1,9 +1,18 @@
-"""DOTA v1.0 / v1.5 / v2.0 reader: `<root>/<split>/images/P0706.png` + `<root>/<split>/labelTxt/P0706.txt`.
+"""DOTA v1.0 / v1.5 / v2.0 reader: images under `<root>/<split>/images/` (at any depth: the archives unpack to
+`images/`, `images/part1/images/`, v2.0's `images/part4/` ...) and one label txt per image, in any of the layouts
+the dataset is distributed in (docs/datasets.md, with sources):
 
-One txt per image: optional `imagesource:` / `gsd:` header lines, then `x1 y1 ... x4 y4 class difficult` per object
-(pixel coordinates, ints or floats; the difficulty token may be missing, meaning 0). Devkit patches have no header.
-Class names become canonical (`geopilot.vocabulary`: `plane` -> `airplane`, `small-vehicle` -> `small vehicle`);
-a name in no vocabulary is kept verbatim.
+- flat (devkit / mmrotate / Ultralytics): `<split>/labelTxt/P0706.txt`
+- official v1.0 archives: `<split>/labelTxt-v1.0/labelTxt/` (oriented), `.../Train_Task2_gt/trainset_reclabelTxt/`
+  or `.../trainset_reclabelTxt/` (horizontal)
+- official v1.5 / v2.0 archives: `<split>/labelTxt-v1.5/DOTA-v1.5_train/`, `..._train_hbb/` (v2.0 alike)
+- an archive unzipped in place: the txt files directly in `labelTxt-v<version>/`
+
+Oriented labels are preferred; the horizontal (`_hbb`, `reclabelTxt`) ones are read when they are the only ones
+(the same 8-number format). `report.layout` names the folder read. Labels of another version are refused with the
+version to set. One txt per image: optional `imagesource:` / `gsd:` header lines, then `x1 y1 ... x4 y4 class
+difficult` per object (pixel coordinates, ints or floats; the difficulty token may be missing, meaning 0).
+Class names become canonical (`geopilot.vocabulary`: `plane` -> `airplane`); a name in no vocabulary is kept.
 Run: `read_dota(Path("DOTA"), split="train", version="1.5")`.
 """
 
@@ -13,6 +22,7 @@ from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
     BAD_POLYGON,
+    IMAGE_SUFFIXES,
     MALFORMED_FILE,
     MALFORMED_LINE,
     DatasetRootError,
@@ -20,7 +30,6 @@ from geopilot.data_gen.readers.common import (
     add_object,
     checked_image,
     class_label,
-    find_image,
     finish,
     polygon_object,
     require_dir,
@@ -28,7 +37,58 @@ from geopilot.data_gen.readers.common import (
 from geopilot.records import AnnotationRecord, ReadReport
 
 VERSIONS = ("1.0", "1.5", "2.0")  # class lists in geopilot/vocabulary.yaml as "DOTA v<version>"
-LABEL_FOLDERS = ("labelTxt", "labelTxt-v1.5", "labelTxt-v1.0", "labelTxt-v2.0")
+LAYOUTS = (
+    "<split>/images/**/P*.png + <split>/labelTxt/*.txt (flat, devkit / mmrotate)",
+    "<split>/labelTxt-v1.0/labelTxt/*.txt (v1.0 archive; horizontal: Train_Task2_gt/trainset_reclabelTxt/)",
+    "<split>/labelTxt-v1.5/DOTA-v1.5_<split>[_hbb]/*.txt (v1.5 archive)",
+    "<split>/labelTxt-v2.0/DOTA-v2.0_<split>[_hbb]/*.txt (v2.0 archive)",
+)
+
+
+def label_folders(split: str, version: str) -> list[tuple[str, str]]:
+    """(folder under <split>/, kind) in preference order for one version: oriented before horizontal."""
+    versioned = f"labelTxt-v{version}"
+    if version == "1.0":
+        oriented = [f"{versioned}/labelTxt", versioned]
+        horizontal = [
+            f"{versioned}/{split.capitalize()}_Task2_gt/{split}set_reclabelTxt",
+            f"{versioned}/{split}set_reclabelTxt",
+        ]
+    else:
+        oriented = [f"{versioned}/DOTA-v{version}_{split}", versioned, f"labelTxt/DOTA-v{version}_{split}"]
+        horizontal = [f"{versioned}/DOTA-v{version}_{split}_hbb"]
+    return [(f, "oriented") for f in ["labelTxt", *oriented]] + [(f, "horizontal") for f in horizontal]
+
+
+def _has_labels(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.glob("*.txt"))
+
+
+def find_label_folder(split_dir: Path, split: str, version: str) -> tuple[Path, str]:
+    for relative, kind in label_folders(split, version):
+        if _has_labels(split_dir / relative):
+            return split_dir / relative, f"{relative}/*.txt ({kind} boxes)"
+    others = [
+        (relative, other)
+        for other in VERSIONS
+        if other != version
+        for relative, _ in label_folders(split, other)[1:]  # [0] is the flat labelTxt/, shared by every version
+        if _has_labels(split_dir / relative)
+    ]
+    hint = f"; found {others[0][0]}/: set options.version: '{others[0][1]}'" if others else ""
+    raise DatasetRootError(
+        f"DOTA v{version}: no labelTxt folder with .txt files in {split_dir} (the test split has no public labels){hint}"
+    )
+
+
+def image_index(images_dir: Path) -> dict[str, Path]:
+    """Image stem -> path, over every file under `images/` at any depth (first in sorted order wins)."""
+    index: dict[str, Path] = {}
+    if images_dir.is_dir():
+        for path in sorted(images_dir.rglob("*")):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                index.setdefault(path.stem, path)
+    return index
 
 
 def parse_dota_lines(
@@ -52,25 +112,26 @@ def parse_dota_lines(
             coords = [float(token) for token in tokens[:8]]
             difficult = len(tokens) > 9 and int(float(tokens[9])) != 0
         except ValueError:
-            report.skip(MALFORMED_LINE, f"{where}: non-numeric coordinate or difficulty in {line.strip()!r}")
+            report.skip(MALFORMED_LINE, f"{where}: non-numeric coordinate or difficulty in {line.strip()[:120]!r}")
+            continue
+        label = class_label(tokens[8], dataset, report, where)
+        if label is None:
             continue
         points = list(zip(coords[0::2], coords[1::2], strict=False))
-        made = polygon_object(points, width, height, class_label(tokens[8], dataset), difficult=difficult)
-        add_object(record, made, report, where)
+        add_object(record, polygon_object(points, width, height, label, difficult=difficult), report, where)
 
 
 def read_dota(root: Path, split: str = "train", version: str = "1.5") -> ReadResult:
     if version not in VERSIONS:
         raise DatasetRootError(f"DOTA: unknown version {version!r} (choose from {', '.join(VERSIONS)})")
     split_dir = require_dir(Path(root) / split, "DOTA", "expected <root>/<split>/{images,labelTxt}")
-    label_dir = next((split_dir / n for n in LABEL_FOLDERS if (split_dir / n).is_dir()), None)
-    if label_dir is None:
-        raise DatasetRootError(f"DOTA: no labelTxt folder in {split_dir} (the test split has no public labels)")
+    label_dir, layout = find_label_folder(split_dir, split, version)
+    images = image_index(split_dir / "images")
     records: list[AnnotationRecord] = []
-    report = ReadReport()
+    report = ReadReport(layout=layout)
     for label_path in sorted(label_dir.glob("*.txt")):
         stem = label_path.stem
-        found = find_image(split_dir / "images", stem) or split_dir / "images" / f"{stem}.png"
+        found = images.get(stem, split_dir / "images" / f"{stem}.png")
         image = checked_image(found, report, label_path.name)
         if image is None:
             continue

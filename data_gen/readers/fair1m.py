@@ -50,7 +50,9 @@ def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report
         except ValueError as err:
             report.skip(MALFORMED_LINE, f"{where}: {err}")
             continue
-        add_object(record, polygon_object(points, width, height, class_label(raw, "FAIR1M")), report, where)
+        label = class_label(raw, "FAIR1M", report, where)
+        if label is not None:
+            add_object(record, polygon_object(points, width, height, label), report, where)
 
 
 def read_fair1m(root: Path, split: str = "train") -> ReadResult:

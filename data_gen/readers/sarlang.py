@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import re
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
     IMAGE_SUFFIXES,
     MALFORMED_FILE,
     MALFORMED_LINE,
+    NOT_UTF8,
+    OVERSIZED_FIELD,
     DatasetRootError,
     ReadResult,
     checked_image,
     finish,
+    parse_json,
     require_dir,
 )
 from geopilot.records import AnnotationRecord, Dialogue, ReadReport
@@ -54,6 +57,7 @@ QUESTION_KEYS = ("question", "query", "q", "instruction", "prompt")
 ANSWER_KEYS = ("answer", "answers", "a", "gt", "ground_truth", "output", "label")
 TYPE_KEYS = ("type", "question_type", "qtype", "category", "task", "application")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # what surrogateescape decoding leaves for a byte that is not UTF-8
 
 
 def _pick(row: dict, keys: tuple[str, ...]) -> str | None:
@@ -67,21 +71,71 @@ def _pick(row: dict, keys: tuple[str, ...]) -> str | None:
     return None
 
 
-def _rows(path: Path, kind: str) -> list[dict]:
-    text = path.read_text(encoding="utf-8-sig")
+class BadRow(ValueError):
+    """One row that cannot be read; `cause` is its ReadReport cause."""
+
+    def __init__(self, cause: str, message: str):
+        super().__init__(message)
+        self.cause = cause
+
+
+def _decoded(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 become surrogates, so only the rows holding them are lost."""
+    return path.read_bytes().decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
+
+
+def _csv_rows(text: str):
+    """csv rows one at a time: a row the csv module refuses (a field over its 128 KiB limit, a NUL byte) or that holds
+    bytes that are not UTF-8 becomes a BadRow, and reading goes on with the next row."""
+    reader = csv.reader(io.StringIO(text))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            cause = OVERSIZED_FIELD if "field limit" in str(err) else MALFORMED_LINE
+            yield BadRow(cause, f"line {reader.line_num}: {err}")
+            continue
+        if any(_NOT_UTF8.search(cell) for cell in row):
+            yield BadRow(NOT_UTF8, f"line {reader.line_num}: bytes that are not UTF-8")
+            continue
+        yield row
+
+
+def _rows(path: Path, kind: str) -> list:
+    """The file's rows (dicts), a BadRow in place of each row that cannot be read. ValueError/OSError when the file
+    as a whole is not one of the formats (a JSON file that does not parse)."""
+    text = _decoded(path)
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                if _NOT_UTF8.search(line):
+                    raise BadRow(NOT_UTF8, f"line {number}: bytes that are not UTF-8")
+                rows.append(parse_json(line))
+            except BadRow as err:
+                rows.append(err)
+            except ValueError as err:
+                rows.append(BadRow(MALFORMED_LINE, f"line {number}: {str(err)[:120]}"))
+        return rows
     if path.suffix == ".json":
-        data = json.loads(text)
+        if _NOT_UTF8.search(text):
+            raise ValueError("bytes that are not UTF-8")
+        data = parse_json(text)
         return data if isinstance(data, list) else data.get("data") or data.get("annotations") or []
-    table = list(csv.reader(io.StringIO(text)))
-    if not table:
-        return []
-    header = [h.strip().lower() for h in table[0]]
+    table = list(_csv_rows(text))
+    first = next((i for i, row in enumerate(table) if not isinstance(row, BadRow)), None)
+    if first is None:
+        return table
+    header = [h.strip().lower() for h in table[first]]
     if any(h in IMAGE_KEYS for h in header):
-        return [dict(zip(header, row, strict=False)) for row in table[1:]]
+        body = table[:first] + table[first + 1 :]
+        return [row if isinstance(row, BadRow) else dict(zip(header, row, strict=False)) for row in body]
     positional = ("image", "caption") if kind == "caption" else ("image", "question", "answer", "type")
-    return [dict(zip(positional, row, strict=False)) for row in table]
+    return [row if isinstance(row, BadRow) else dict(zip(positional, row, strict=False)) for row in table]
 
 
 def _turns(row: dict, kind: str) -> tuple[tuple[tuple[str, str], ...], str]:
@@ -135,6 +189,9 @@ def text_rows(files: list[tuple[Path, str]], report: ReadReport):
             continue
         for index, row in enumerate(rows):
             where = f"{path.name} row {index + 1}"
+            if isinstance(row, BadRow):
+                report.skip(row.cause, f"{path.name} {row}")
+                continue
             try:
                 if not isinstance(row, dict):
                     raise ValueError("row is not an object")

@@ -1,16 +1,20 @@
-"""SpaceNet roads reader, two layouts (picked by what is on disk):
+"""SpaceNet roads reader, three layouts (picked by what is on disk):
 
-- raw SpaceNet-3: `<AOI>/geojson_roads/<..>_geojson_roads_img<N>.geojson` (LineStrings / MultiLineStrings in
-  WGS84 lon/lat, often with a z value) next to `<AOI>/PS-RGB/<..>_PS-RGB_img<N>.tif`; lon/lat go to pixels through
-  the GeoTIFF's CRS and affine transform (rasterio). Images without a CRS are taken to have pixel coordinates.
+- SpaceNet-3 on AWS (`SN3_roads_train_AOI_2_Vegas.tar.gz`, torchgeo): `<AOI>/geojson_roads[_speed]/
+  SN3_roads_train_<AOI>_geojson_roads_img<N>.geojson` next to `<AOI>/PS-RGB/SN3_roads_train_<AOI>_PS-RGB_img<N>.tif`.
+- the 2018 challenge release (`AOI_2_Vegas_Roads_Train.tar.gz`, CosmiQ apls / CRESI):
+  `AOI_2_Vegas_Roads_Train/geojson/spacenetroads/spacenetroads_AOI_2_Vegas_img<N>.geojson` next to
+  `AOI_2_Vegas_Roads_Train/RGB-PanSharpen/RGB-PanSharpen_AOI_2_Vegas_img<N>.tif` (16-bit, read through GDAL).
 - Sat2Graph-processed: `RGB_1.0_meter/<name>__rgb.png` + `<name>__gt_graph.p` + `data_split.json`; graph keys
   (a, b) map to x = b, y = H - a (a flipped y), read with the restricted unpickler.
+
+GeoJSON roads are LineStrings / MultiLineStrings in WGS84 lon/lat (often with a z value); they go to pixels through
+the GeoTIFF's CRS and affine transform (rasterio). Images without a CRS are taken to have pixel coordinates.
 Run: `read_spacenet(Path("SpaceNet"), split="train")`.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
@@ -23,12 +27,19 @@ from geopilot.data_gen.readers.common import (
     ReadResult,
     checked_image,
     finish,
+    load_json,
+    parse_json,
     require_dir,
 )
 from geopilot.data_gen.readers.graphs import polyline_graph
 from geopilot.records import AnnotationRecord, ReadReport
 
 SAT2GRAPH_FOLDER = "RGB_1.0_meter"
+LAYOUTS = (
+    "<AOI>/geojson_roads/*.geojson + <AOI>/PS-RGB/*.tif (SpaceNet-3, SN3_roads_train_<AOI>.tar.gz)",
+    "AOI_*_Roads_Train/geojson/spacenetroads/*.geojson + AOI_*_Roads_Train/RGB-PanSharpen/*.tif (2018 release)",
+    f"{SAT2GRAPH_FOLDER}/<name>__rgb.png + <name>__gt_graph.p + data_split.json (Sat2Graph)",
+)
 _SPLIT_ALIASES = {"val": "validation"}
 
 
@@ -77,27 +88,40 @@ def _to_pixels(lines, image_path: Path, geojson: dict) -> list[list[tuple[float,
     return out
 
 
-def _image_for(geojson_path: Path, image_folder: str) -> Path:
+def _sn3_image(geojson_path: Path, image_folder: str) -> Path:
     stem = geojson_path.stem.replace("geojson_roads_speed", image_folder).replace("geojson_roads", image_folder)
     return geojson_path.parent.parent / image_folder / f"{stem}.tif"
 
 
-def read_geojson_layout(root: Path, split: str, image_folder: str) -> ReadResult:
+def _release2018_image(geojson_path: Path, image_folder: str) -> Path:
+    """`<AOI>/geojson/spacenetroads/spacenetroads_AOI_2_Vegas_img1.geojson` -> `<AOI>/RGB-PanSharpen/
+    RGB-PanSharpen_AOI_2_Vegas_img1.tif`."""
+    stem = geojson_path.stem.removeprefix("spacenetroads_")
+    return geojson_path.parent.parent.parent / image_folder / f"{image_folder}_{stem}.tif"
+
+
+def read_geojson_layout(root: Path, split: str, image_folder: str | None) -> ReadResult:
     base = root / split if (root / split).is_dir() else root
     files = sorted(base.glob("**/geojson_roads/*.geojson")) or sorted(base.glob("**/geojson_roads_speed/*.geojson"))
+    image_for, layout, folder = _sn3_image, LAYOUTS[0], image_folder or "PS-RGB"
     if not files:
-        raise DatasetRootError(f"SpaceNet: no geojson_roads/*.geojson and no {SAT2GRAPH_FOLDER}/ under {base}")
-    report = ReadReport()
+        files = sorted(base.glob("**/geojson/spacenetroads/*.geojson"))
+        image_for, layout, folder = _release2018_image, LAYOUTS[1], image_folder or "RGB-PanSharpen"
+    if not files:
+        raise DatasetRootError(
+            f"SpaceNet: no geojson_roads/*.geojson, no geojson/spacenetroads/*.geojson and no {SAT2GRAPH_FOLDER}/ under {base}"
+        )
+    report = ReadReport(layout=layout)
     records: list[AnnotationRecord] = []
     for path in files:
         try:
-            geojson = json.loads(path.read_text(encoding="utf-8-sig"))
+            geojson = parse_json(path.read_text(encoding="utf-8-sig"))
             if not isinstance(geojson, dict) or not isinstance(geojson.get("features", []), list):
                 raise ValueError("not a GeoJSON FeatureCollection")
         except (OSError, UnicodeDecodeError, ValueError) as err:
             report.skip(MALFORMED_FILE, f"{path.name}: {err}")
             continue
-        image = checked_image(_image_for(path, image_folder), report, path.name)
+        image = checked_image(image_for(path, folder), report, path.name)
         if image is None:
             continue
         image_path, width, height = image
@@ -115,11 +139,11 @@ def _flipped_y(height: int):
 def read_sat2graph_layout(root: Path, split: str) -> ReadResult:
     split_file = root / "data_split.json"
     try:
-        names = json.loads(split_file.read_text(encoding="utf-8-sig"))[_SPLIT_ALIASES.get(split, split)]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        names = load_json(split_file, "SpaceNet")[_SPLIT_ALIASES.get(split, split)]
+    except (KeyError, TypeError) as err:
         raise DatasetRootError(f"SpaceNet: cannot read split {split!r} from {split_file}: {err}") from err
     folder = root / SAT2GRAPH_FOLDER
-    report = ReadReport()
+    report = ReadReport(layout=LAYOUTS[2])
     records: list[AnnotationRecord] = []
     for name in names:
         image = checked_image(folder / f"{name}__rgb.png", report, f"{split_file.name} {name}")
@@ -140,7 +164,8 @@ def read_sat2graph_layout(root: Path, split: str) -> ReadResult:
     return finish(records, report)
 
 
-def read_spacenet(root: Path, split: str = "train", image_folder: str = "PS-RGB") -> ReadResult:
+def read_spacenet(root: Path, split: str = "train", image_folder: str | None = None) -> ReadResult:
+    """`image_folder`: which imagery the roads are paired with (default PS-RGB, or RGB-PanSharpen in the 2018 layout)."""
     root = require_dir(root, "SpaceNet")
     if (root / SAT2GRAPH_FOLDER).is_dir():
         return read_sat2graph_layout(root, split)

@@ -3,7 +3,7 @@
 Lines: `{"question_id", "image_id", "question", "ground_truth", "type": "ref"|"grounding", "dataset", "obj_ids",
 "size_group"}`. `ground_truth` is a list of 4-point polygons in PIXELS (each `[[x, y] x 4]` or 8 flat numbers; a
 single polygon not wrapped in a list is accepted). Images are SAMRS patches whose size follows the name, not the
-file: `P*` -> DOTA 1024 px, `train*` -> FAIR1M 600 px, anything else -> DIOR 800 px (`image_size`); predicted
+file: `P*` -> DOTA 1024 px, `train*` / `valid*` -> FAIR1M 600 px, anything else -> DIOR 800 px (`image_size`); predicted
 `{<x1><y1><x2><y2>|θ}` boxes (0-100 grid) are decoded against that size by the ONE GeoChat decoder,
 `geopilot.data_gen.readers.geochat.decode_box`. Prompts are GeoChat's: `[refer] Give me the location of <p>
 {question} </p>` for `ref`, `[grounding]{question}` otherwise.
@@ -16,10 +16,9 @@ Root layout: `referring.jsonl` + `images/<image_id>[.png|.jpg|.tif]` (or the ima
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from geopilot.data_gen.readers.common import BAD_POLYGON, IMAGE_SUFFIXES, MALFORMED_LINE, MISSING_IMAGE
+from geopilot.data_gen.readers.common import BAD_POLYGON, IMAGE_SUFFIXES, MALFORMED_LINE, MISSING_IMAGE, parse_json
 from geopilot.data_gen.readers.geochat import BOX, decode_box
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem, Loaded
 from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_polygon, is_simple
@@ -29,17 +28,17 @@ FILE = "referring.jsonl"
 
 
 def image_size(image_id: str) -> int:
-    """SAMRS patch size by source: DOTA `P*` 1024, FAIR1M `train*` 600, DIOR otherwise 800 (square)."""
+    """SAMRS patch size by source: DOTA `P*` 1024, FAIR1M `train*` / `valid*` 600, DIOR otherwise 800 (square)."""
     name = Path(image_id).name
     if name.startswith("P"):
         return 1024
-    if name.startswith("train"):
+    if name.startswith(("train", "valid")):
         return 600
     return 800
 
 
 def decode_boxes(text: str, width: int, height: int) -> list[list[tuple[float, float]]]:
-    """Every `{<x1><y1><x2><y2>|<θ>}` box in `text` as 4 pixel corners (boxes off the 0-100 grid are dropped)."""
+    """Every `{<x1><y1><x2><y2>|<θ>}` box in `text` as 4 pixel corners (grid values clipped to 0-100; empty boxes dropped)."""
     polygons = []
     for match in BOX.finditer(text):
         corners = decode_box(match, width, height)
@@ -75,7 +74,8 @@ def _find_image(root: Path, image_id: str) -> Path:
 
 def prompt_for(question: str, task_type: str) -> str:
     question = question.strip()
-    return f"[refer] Give me the location of <p> {question} </p>" if task_type == "ref" else f"[grounding]{question}"
+    refer = task_type.startswith("ref")  # "ref", and the region-captioning rows' "ref1"
+    return f"[refer] Give me the location of <p> {question} </p>" if refer else f"[grounding]{question}"
 
 
 def load_referring(root: Path | str, check_images: bool = True) -> Loaded:
@@ -90,10 +90,10 @@ def load_referring(root: Path | str, check_images: bool = True) -> Loaded:
             continue
         where = f"{path.name}:{number}"
         try:
-            row = json.loads(line)
+            row = parse_json(line)
             qid, image_id, question = str(row["question_id"]), str(row["image_id"]), str(row["question"])
             polygons = _polygons(row["ground_truth"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             report.skip(MALFORMED_LINE, f"{where}: {err}")
             continue
         try:

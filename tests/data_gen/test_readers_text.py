@@ -92,18 +92,11 @@ def test_geochat_rotation_changes_the_box_in_pixel_space(tmp_path):
     assert record.referring[0].expression == "a long ship" and record.dialogues[0].task == "grounding"
 
 
-def opencv_rotation_matrix(centre: tuple[float, float], degrees: float) -> list[list[float]]:
-    """`cv2.getRotationMatrix2D(centre, degrees, 1)` as OpenCV documents it (positive = counter-clockwise, origin
-    top-left): [[a, b, (1 - a) cx - b cy], [-b, a, b cx + (1 - a) cy]], a = cos, b = sin."""
-    a, b = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
-    cx, cy = centre
-    return [[a, b, (1 - a) * cx - b * cy], [-b, a, b * cx + (1 - a) * cy]]
-
-
 @pytest.mark.parametrize("theta", [30, -30, 60])
-def test_geochat_rotation_sign_is_geochat_drawing_code(tmp_path, theta):
-    """GeoChat draws `{<x1><y1><x2><y2>|<t>}` with `rotate_bbox`: the corners (x1,y1) (x2,y1) (x2,y2) (x1,y2) in
-    pixels through `cv2.getRotationMatrix2D(centre, t, 1)` (geochat_demo.py). Same corners here, same order."""
+def test_geochat_rotation_is_clockwise_on_screen(tmp_path, theta):
+    """GeoChat's own box-to-polygon helper (`bbox_and_angle_to_polygon`, geochat_demo.py, quoted in GeoChat issue
+    #32): corners about the centre through [[cos, -sin], [sin, cos]] in image coordinates (y down), i.e. positive
+    theta turns the box clockwise on screen; real GeoChat-Bench rows fit this reading (IoU 0.873 vs 0.504)."""
     image(tmp_path / "images/a.png", 200, 100)
     root = geochat(
         tmp_path,
@@ -121,15 +114,42 @@ def test_geochat_rotation_sign_is_geochat_drawing_code(tmp_path, theta):
     (record,), _ = read_geochat(root)
     (ship,) = record.objects
     left, top, right, bottom = 80.0, 45.0, 120.0, 55.0  # the 0-100 grid scaled to 200 x 100 px
-    m = opencv_rotation_matrix(((left + right) / 2, (top + bottom) / 2), theta)
+    cx, cy, a = (left + right) / 2, (top + bottom) / 2, math.radians(theta)
     corners = [(left, top), (right, top), (right, bottom), (left, bottom)]
     expected = [
-        ((m[0][0] * x + m[0][1] * y + m[0][2]) / 200, (m[1][0] * x + m[1][1] * y + m[1][2]) / 100) for x, y in corners
+        (
+            (cx + (x - cx) * math.cos(a) - (y - cy) * math.sin(a)) / 200,
+            (cy + (x - cx) * math.sin(a) + (y - cy) * math.cos(a)) / 100,
+        )
+        for x, y in corners
     ]
     assert [tuple(p) for p in ship.polygon] == [pytest.approx(p) for p in expected]
-    # counter-clockwise on screen for positive theta: the right end of the long box rises (smaller y)
+    # clockwise on screen for positive theta: the right end of the long box goes down (larger y)
     right_end_y = max(ship.polygon, key=lambda p: p[0])[1]
-    assert (right_end_y < 0.5) == (theta > 0)
+    assert (right_end_y > 0.5) == (theta > 0)
+
+
+def test_geochat_real_data_variants_clipped_grid_delim_answers_and_the_released_image_folder(tmp_path):
+    image(tmp_path / "share/softwares/kartik/GeoChat_finetuning/final_images_llava/P0005_0001.png", 100, 100)
+    root = geochat(
+        tmp_path,
+        [
+            {
+                "id": "P0005_0001",
+                "image": "P0005_0001.png",  # found where images.zip unpacks, without an image_dir override
+                "conversations": [
+                    human("[grounding] Describe the image in detail"),
+                    gpt(
+                        "<p>two planes</p> {<51><-1><53><3>|<74>}<delim>{<60><60><70><70>|<0>} and <p><script></p> {<1><1><5><5>|<0>}"
+                    ),
+                ],
+            }
+        ],
+    )
+    (record,), report = read_geochat(root)
+    clipped, second = record.objects  # the slightly negative grid value is clipped to 0, not dropped
+    assert clipped.label == second.label == "two planes" and record.referring[0].object_indices == (0, 1)
+    assert report.skipped == {"unsafe_class_name": 1}  # the markup phrase's box never reaches a trace
 
 
 def test_geochat_phrase_that_is_a_class_name_becomes_canonical(tmp_path):
