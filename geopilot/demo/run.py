@@ -58,7 +58,8 @@ def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
                 "use a new --out folder, or rerun with the same settings to resume or reuse it"
             )
         read_results(layout)  # every phase marker readable, before any phase runs
-        if layout.marker("data").is_file() and not layout.train_file.is_file():
+        needs_data = not layout.marker("stage2").is_file()  # training still reads the generated traces
+        if needs_data and layout.marker("data").is_file() and not layout.train_file.is_file():
             raise GeoPilotInputError(
                 f"{str(layout.marker('data'))!r} says the data phase finished, but {str(layout.train_file)!r} is "
                 "gone; use a new --out folder (or delete the phases/ markers to redo every phase)"

@@ -6,14 +6,13 @@ import json
 import time
 
 import pytest
+from helpers.scripted import answer, plan
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.render import user_turn_text
 from geopilot.sample import check_dialogue
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.wire import chat_turns, format_tool_turn
-
-from .conftest import answer, plan
 
 QUESTION = "How many planes are on the apron?"
 

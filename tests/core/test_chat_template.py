@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+from helpers.samples import ALL_KINDS
 from jinja2.exceptions import TemplateError
 
-from core.samples import ALL_KINDS
 from geopilot.chat_template import CHAT_TEMPLATE, hf_messages
 from geopilot.render import IGNORE_INDEX, render_sample, render_text, render_turns
 from geopilot.sample import UserMessage, parse_sample

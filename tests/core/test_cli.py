@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.samples import one_tool_call
+from helpers.samples import one_tool_call
+
 from geopilot.cli import COMMANDS, main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -7,11 +7,10 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers.scripted import answer
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError, ImageInputError
-
-from .conftest import answer
 
 
 def _png(path, array) -> str:

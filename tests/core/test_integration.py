@@ -6,12 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers.scripted import Detector
 from PIL import Image
 
 from geopilot.agent import ChatResult, GeoPilot
 from geopilot.cli import main
-
-from .conftest import Detector
 
 SHORT = ["--max-new-tokens", "8"]
 
@@ -91,11 +90,10 @@ def test_cli_missing_model_exits_2(scene, tmp_path, capsys):
 
 
 def test_human_output_shows_reasoning_calls_summaries_answer_and_timings(make_pilot, image):
+    from helpers.scripted import answer, plan
     from rich.console import Console
 
     from geopilot.commands.chat import _print_human
-
-    from .conftest import answer, plan
 
     pilot, _ = make_pilot(
         [plan(("detect_objects", {"categories": ["plane"]}), ("remove_clouds", {})), answer("1 plane.")]

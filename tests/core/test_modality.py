@@ -7,11 +7,10 @@ import io
 
 import numpy as np
 import pytest
+from helpers.scripted import answer, plan
 from PIL import Image
 
 from geopilot.image import infer_modality, load_image
-
-from .conftest import answer, plan
 
 RNG = np.random.default_rng(0)
 SPECKLE = RNG.gamma(1.0, 3000.0, (40, 48)).clip(0, 65535).astype(np.uint16)  # 16-bit SAR amplitude

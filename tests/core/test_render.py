@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers.samples import ALL_KINDS, one_tool_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.samples import ALL_KINDS, one_tool_call
 from geopilot.chat_template import hf_messages
 from geopilot.errors import SampleError
 from geopilot.render import IGNORE_INDEX, render_sample

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.samples import ALL_KINDS, one_tool_call
 
-from core.samples import ALL_KINDS, one_tool_call
 from geopilot.errors import SampleError
 from geopilot.sample import LoadReport, load_samples, parse_sample, write_samples
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.traces import all_records, fake_readers
 
-from data_gen.trace_helpers import all_records, fake_readers
 from geopilot.cli import main as cli_main
 from geopilot.config import load_config
 from geopilot.data_gen.generate import GenerateConfig, generate_dataset

@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers.traces import all_records, fake_readers
 
-from data_gen.trace_helpers import all_records, fake_readers
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.generate import GenerateConfig, generate_dataset
 from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable, LLMRequest, OpenAIClient, load_prompts

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers.traces import optical_records, sar_records
 
-from data_gen.trace_helpers import optical_records, sar_records
 from geopilot.data_gen.abilities import plan_target
 from geopilot.data_gen.validate import (
     AnswerReply,
@@ -135,7 +135,7 @@ def test_answer_faithfulness(detection):
 
 
 def test_area_percentages_must_match(tmp_path):
-    from data_gen.trace_helpers import semantic_record
+    from helpers.traces import semantic_record
 
     record = semantic_record(tmp_path)
     target = plan_target("semantic_segmentation", record, random.Random(0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from eval.bench_fixtures import write_referring, write_rsvqa, write_sarlang
+from helpers.bench_fixtures import write_referring, write_rsvqa, write_sarlang
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.loaders.referring import decode_boxes, image_size, load_referring, prompt_for

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from eval.bench_fixtures import _image, write_referring, write_rsvqa, write_sarlang
+from helpers.bench_fixtures import _image, write_referring, write_rsvqa, write_sarlang
 from PIL import Image
 from pydantic import BaseModel, ConfigDict
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from eval.bench_fixtures import write_rsvqa, write_sarlang
+from helpers.bench_fixtures import write_rsvqa, write_sarlang
 
 from geopilot.cli import main
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers.serving import KEY, MODEL, Detector, HangingTool, ScriptSession, SlowTool, serving
 
 from geopilot.tool_protocol import ToolRegistry
-from serving.helpers import KEY, MODEL, Detector, HangingTool, ScriptSession, SlowTool, serving
 
 
 @pytest.fixture(scope="session")

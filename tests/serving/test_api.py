@@ -9,8 +9,7 @@ import time
 
 import httpx
 import pytest
-
-from serving.helpers import KEY, MODEL, data_url, image_message, png_bytes
+from helpers.serving import KEY, MODEL, data_url, image_message, png_bytes
 
 
 def _client(url):

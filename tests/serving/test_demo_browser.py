@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.serving import KEY, png_bytes, serving
 from PIL import Image
 
 from geopilot.serving.api import create_app
 from geopilot.serving.config import ServeConfig
-from serving.helpers import KEY, png_bytes, serving
 
 pytestmark = pytest.mark.slow  # starts a browser
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,6 +21,7 @@ import pytest
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
+from helpers.serving import Detector, serving
 from PIL import Image
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -31,7 +32,6 @@ from geopilot.sample import Action, AssistantMessage
 from geopilot.tokenizer import encode_text
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.wire import assistant_json
-from serving.helpers import Detector, serving
 
 INVALID = assistant_json(AssistantMessage(reasoning="Count them.", actions=[Action(tool="count_planes", params={})]))
 VALID = assistant_json(
@@ -153,11 +153,11 @@ def test_endpoint_answers_equal_the_in_process_ones(tiny, seed):
 
 def test_serve_with_an_engine_url_answers_through_the_endpoint(tiny):
     """`geopilot serve --engine-url URL`: GeoPilot's API in front, the LLM turns on the engine, tools here."""
+    from helpers.serving import KEY, image_message
     from openai import OpenAI
 
     from geopilot.serving.api import create_app
     from geopilot.serving.config import ServeConfig
-    from serving.helpers import KEY, image_message
 
     model, processor = tiny
     registry = ToolRegistry([Detector()])

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from serving.helpers import png_bytes
+from helpers.serving import png_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "fastchat-key"

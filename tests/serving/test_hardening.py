@@ -15,8 +15,7 @@ import time
 
 import httpx
 import pytest
-
-from serving.helpers import KEY, MODEL, image_host, image_message, serving
+from helpers.serving import KEY, MODEL, image_host, image_message, serving
 
 AUTH = {"authorization": f"Bearer {KEY}"}
 

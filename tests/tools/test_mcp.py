@@ -11,6 +11,8 @@ import sys
 import anyio
 import numpy as np
 import pytest
+from helpers.mcp_http import mcp_http_server
+from helpers.weights import FIXTURES, REPO, spa_gan_checkpoint, weights_candidate
 from mcp import Client, StdioServerParameters
 from PIL import Image
 
@@ -19,9 +21,6 @@ from geopilot.records import AnnotationRecord, ObjectAnnotation
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.mcp_server import build_server
 from geopilot.tools.registry import build_registry
-
-from .conftest import FIXTURES, REPO, spa_gan_checkpoint, weights_candidate
-from .mcp_http import mcp_http_server
 
 TIMEOUT_S = 120
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from helpers.mcp_http import mcp_http_server
 from mcp import Client, StdioServerParameters
 from PIL import Image
 
@@ -22,7 +23,6 @@ from geopilot.image_access import ImageAccessPolicy
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.mcp_server import build_server
 from geopilot.tools.registry import build_registry
-from tools.mcp_http import mcp_http_server
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240

@@ -13,13 +13,12 @@ import re
 
 import pytest
 import torch
+from helpers.weights import FIXTURES
 
 from geopilot.errors import WeightsError
 from geopilot.tools.remotesam import RemoteSam
 from geopilot.tools.remotesam_keymap import upstream_key_to_ours
 from geopilot.tools.remotesam_model import RemoteSamConfig, RemoteSamNet
-
-from .conftest import FIXTURES
 
 UPSTREAM: dict[str, list[int]] = json.loads((FIXTURES / "remotesam_upstream_keys.json").read_text())
 

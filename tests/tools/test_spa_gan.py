@@ -19,13 +19,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.weights import FIXTURES, spa_gan_checkpoint
 from PIL import Image
 
 from geopilot.cli import main
 from geopilot.errors import WeightsError
 from geopilot.tools.spa_gan import SpaGan, SpaNet, upstream_key_to_ours
-
-from .conftest import FIXTURES, spa_gan_checkpoint
 
 INPUT = FIXTURES / "spagan_rice1_input_64.png"
 EXPECTED = FIXTURES / "spagan_rice1_expected_64.png"
