@@ -133,7 +133,7 @@ class SamRoadOptions(StrictConfig):
     preset: Literal["cityscale", "spacenet"] = "cityscale"  # which checkpoint and thresholds
     batch_size: int = Field(8, ge=1)  # patches per encoder forward
     max_patches: int = Field(1024, ge=1)  # scenes needing more patches are refused (crop or resample them)
-    sample_margin: int | None = Field(None, ge=0)  # None = the preset's (0); upstream CityScale used 64
+    sample_margin: int | None = Field(None, ge=0)  # None = upstream's (CityScale 64: a blank border; SpaceNet 0)
     half: bool = True  # fp16 on CUDA
     architecture: Literal["vit-b", "tiny"] = "vit-b"  # "tiny" only makes sense for tests of the loading path
 

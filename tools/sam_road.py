@@ -11,9 +11,10 @@ Upstream: github.com/htcr/sam_road (MIT), `model.py::SAMRoad` with `USE_SAM_DECO
   sigmoid = edge probability.
 Inference follows `inferencer.py`: SAM pixel mean/std on RGB 0-255; overlapping square patches (see
 `geopilot.tools.sam_road_graph` for the patch grid and all graph post-processing). Differences from upstream, all at
-the edges: images smaller than a patch are zero-padded (upstream needs >= PATCH_SIZE); non-square images get their
-own patch grid per axis (upstream: square only); the default sample margin is 0 (upstream CityScale skips a 64 px
-border; set `sample_margin: 64` to reproduce it). Both presets assume ~1 m/px imagery.
+the edges: the patch grid is upstream's at each preset's trained tile size (CityScale 2048 px with its 64 px blank
+border, SpaceNet 400 px) and keeps upstream's spacing elsewhere (`sam_road_graph.patch_starts`); images smaller than
+a patch are zero-padded (upstream needs >= PATCH_SIZE); non-square images get their own grid per axis (upstream:
+square only). Both presets assume ~1 m/px imagery.
 
 Weights: HF `congrui/sam_road` Lightning checkpoints (`cityscale_vitb_512_e10.ckpt`, `spacenet_vitb_256_e10.ckpt`;
 `state_dict` with `image_encoder.*`, `map_decoder.*`, `topo_net.*`), or a safetensors file with our names.
@@ -200,7 +201,9 @@ class SamRoad:
         """Random weights, tiny encoder; the preset's thresholds with its patch size replaced (outputs meaningless)."""
         torch.manual_seed(seed)
         base = _preset(preset)
-        tiny_preset = replace(base, patch_size=patch_size, patch_stride=patch_size // 2)
+        tiny_preset = replace(
+            base, patch_size=patch_size, patch_stride=patch_size // 2, sample_margin=0, trained_image_size=None
+        )
         model = SamRoadNet(tiny_config(patch_size)).eval()
         return cls(
             model, tiny_preset, SamRoadOptions(preset=preset, architecture="tiny", **options), torch.device("cpu")
