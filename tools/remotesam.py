@@ -37,10 +37,19 @@ from PIL import Image
 from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import Detection, SegmentClass
 from geopilot.tools.canonical import encode_mask, pixel_box
+from geopilot.tools.precision import check_precision
 from geopilot.tools.remotesam_keymap import upstream_key_to_ours
 from geopilot.tools.remotesam_model import TEXT_TOKENS, RemoteSamConfig, RemoteSamNet, tiny_config
 from geopilot.tools.tiling import tile_windows
-from geopilot.tools.weights import load_strict, pick_device, place, read_state_dict, remap_keys, resolve_weights
+from geopilot.tools.weights import (
+    float_dtypes,
+    load_strict,
+    pick_device,
+    place,
+    read_state_dict,
+    remap_keys,
+    resolve_weights,
+)
 
 BACKEND = "remotesam"
 CHECKPOINT = "checkpoint.pth"  # the name upstream's README loads; any file can be given as `weights:`
@@ -182,7 +191,7 @@ class RemoteSam:
         device: str = "cpu",
         *,
         tokenizer_path: str | None = None,
-        half: bool = True,
+        precision: str = "fp32",
         architecture: str = "swin-b",
         **options,
     ) -> RemoteSam:
@@ -204,7 +213,9 @@ class RemoteSam:
         net = RemoteSamNet(ARCHITECTURES[architecture](len(tokenizer.get_vocab())))
         load_strict(net, state, source=str(checkpoint))
         target = pick_device(device)
-        return cls(place(net, target, half_on_cuda=half), tokenizer, target, **options)
+        precision = check_precision(BACKEND, precision)
+        placed = place(net, target, precision, stored=float_dtypes(state), source=str(checkpoint))
+        return cls(placed, tokenizer, target, **options)
 
     # -- the network ----------------------------------------------------------------------------------------------
     def tokens(self, sentence: str) -> tuple[torch.Tensor, torch.Tensor]:

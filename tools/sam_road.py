@@ -41,6 +41,7 @@ from geopilot.tool_output import RoadGraph
 from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import SamRoadOptions
 from geopilot.tools.keymap import KeyRenames
+from geopilot.tools.precision import PRECISIONS
 from geopilot.tools.sam_road_graph import (
     PRESETS,
     PatchQuery,
@@ -135,7 +136,8 @@ class SamRoadNet(nn.Module):
         """(B, 3, P, P) RGB 0-255 -> sigmoid masks (B, 2, P, P) and encoder features (B, D, P/16, P/16)."""
         x = (rgb - self.pixel_mean) / self.pixel_std
         features = self.image_encoder(pixel_values=x).last_hidden_state
-        return torch.sigmoid(self.map_decoder(features)), features
+        decoder_dtype = self.map_decoder[0].weight.dtype  # float32: the score maps before NMS (weights.place)
+        return torch.sigmoid(self.map_decoder(features.to(decoder_dtype)).float()), features
 
     def edge_scores(self, features: torch.Tensor, points, pairs, valid) -> torch.Tensor:
         """Upstream `BilinearSampler` + TopoNet: points in patch pixels (x, y)."""
@@ -218,9 +220,12 @@ class SamRoad:
             raise WeightsError(f"weights not found: put {preset.checkpoint} in {checkpoint}")
         config = vit_b_config(preset.patch_size) if opts.architecture == "vit-b" else tiny_config(preset.patch_size)
         model = SamRoadNet(config)
-        load_sam_road_state(model, local_weights.read_state_dict(checkpoint), source=str(checkpoint))
+        state = local_weights.read_state_dict(checkpoint)
+        load_sam_road_state(model, state, source=str(checkpoint))
         target = local_weights.pick_device(device)
-        return cls(local_weights.place(model, target, half_on_cuda=opts.half), preset, opts, target)
+        parts, stored = PRECISIONS[BACKEND].fp32_parts, local_weights.float_dtypes(state)
+        model = local_weights.place(model, target, opts.precision, parts, stored, str(checkpoint))
+        return cls(model, preset, opts, target)
 
     @torch.inference_mode()
     def _fused_masks(self, rgb: np.ndarray, windows: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, list]:
