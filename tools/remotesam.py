@@ -150,6 +150,14 @@ def _canonical(category: str) -> str:
     return canonical_class(category)
 
 
+def class_prompt(canonical: str) -> str:
+    """Upstream's `f"{classname} in the image"` with upstream's raw dataset name for the class ("storagetank"), the
+    canonical name for classes upstream does not know (geopilot/vocabulary.yaml `prompt_names.remotesam`)."""
+    from geopilot.vocabulary import prompt_name
+
+    return CLASS_PROMPT.format(prompt_name(canonical, BACKEND))
+
+
 class RemoteSam:
     """`ground`, `segment_referring`, `segment_instances` and `segment_semantic` on PIL images."""
 
@@ -302,7 +310,7 @@ class RemoteSam:
         width, height = image.size
         found: list[Detection] = []
         for label in dict.fromkeys(_canonical(c) for c in categories):
-            mask, prob = self.predict(image, CLASS_PROMPT.format(label), tiled=True)
+            mask, prob = self.predict(image, class_prompt(label), tiled=True)
             for c in instances(mask, prob, threshold, self.nms_iou):
                 found.append(
                     Detection(
@@ -319,7 +327,7 @@ class RemoteSam:
     def segment_semantic(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]:
         out = []
         for label in dict.fromkeys(_canonical(c) for c in classes):
-            mask, _ = self.predict(image, CLASS_PROMPT.format(label), tiled=True)
+            mask, _ = self.predict(image, class_prompt(label), tiled=True)
             if mask.any():
                 out.append(SegmentClass(label=label, area=float(mask.mean()), mask=encode_mask(mask)))
         return out
