@@ -144,12 +144,22 @@ BACKENDS = [
 ]
 
 
-def moved(tool, device: torch.device, dtype: torch.dtype):
-    """A copy of `tool` whose networks live on `device` in `dtype`, as the backend's loader places them."""
+def moved(tool, device: torch.device, dtype: torch.dtype, backend: str | None = None):
+    """A copy of `tool` whose networks live on `device` in `dtype`, as the backend's loader places them: the
+    backend's fp32 parts (`geopilot.tools.precision`) stay float32."""
+    from geopilot.tools.precision import PRECISIONS
+
+    parts = PRECISIONS[backend].fp32_parts if backend else ()
     other = copy.deepcopy(tool)
     for name, value in vars(other).items():
         if isinstance(value, torch.nn.Module):
-            setattr(other, name, value.to(device, dtype))
+            value = value.to(device, dtype)
+            for part in parts:
+                try:
+                    value.get_submodule(part).float()
+                except AttributeError:  # another network of the tool, without that part
+                    continue
+            setattr(other, name, value)
     other.device = device
     if "dtype" in vars(other):  # backends that cache their dtype (the others read it off their weights)
         other.dtype = dtype
@@ -176,7 +186,7 @@ def compare_backends(full_size: bool, device: str, precision: str = "float16") -
         tool = backend.build(full_size)
         image = _scene(backend.image_size if full_size else 96)
         reference = backend.run(moved(tool, target, torch.float32), image)
-        reduced = backend.run(moved(tool, target, dtype), image)
+        reduced = backend.run(moved(tool, target, dtype, backend.name), image)
         value, summary = difference(backend.kind, reference, reduced)
         tolerance = TOLERANCES[backend.kind]
         results[backend.name] = {

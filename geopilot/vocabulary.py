@@ -13,6 +13,7 @@ evaluation speak one language:
     labels_match("small vehicle", "car", allow_parent=True) -> True
     segearth_queries(["rangeland", "building"], "OpenEarthMap") -> ["grass", "building,roof,house"]
     class_synonyms("large vehicle")               -> ["truck", "lorry", "heavy vehicle", "heavy goods vehicle"]
+    prompt_name("storage tank", "remotesam")      -> "storagetank"     (upstream's raw dataset name)
 
 Lookup of a raw name: the dataset's own names first (when a dataset is given), then every name any dataset uses
 (and the canonical names), compared lower-case with '-' and '_' as spaces; then with spaces removed; then without a
@@ -54,6 +55,8 @@ class VocabularyFile(StrictConfig):
     datasets: dict[str, DatasetEntry]
     segearth_ov: dict[str, SegEarthEntry] = {}
     synonyms: dict[str, list[str]] = {}  # canonical name -> everyday names (singular), for writing queries
+    # backend -> upstream dataset -> canonical name -> the raw name upstream prompts with
+    prompt_names: dict[str, dict[str, dict[str, str]]] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> VocabularyFile:
@@ -81,6 +84,11 @@ class VocabularyFile(StrictConfig):
             for canonical in entry.prompts:
                 if canonical not in self.classes:
                     raise ValueError(f"segearth_ov.{dataset}: {canonical!r} is not a canonical class")
+        for backend, tables in self.prompt_names.items():
+            for dataset, table in tables.items():
+                for canonical in table:
+                    if canonical not in self.classes:
+                        raise ValueError(f"prompt_names.{backend}.{dataset}: {canonical!r} is not a canonical class")
         owner: dict[str, str] = {}
         for canonical, words in self.synonyms.items():
             if canonical not in self.classes:
@@ -245,6 +253,15 @@ class Vocabulary:
             out.append(prompt if prompt is not None else name)
         return out
 
+    # -- backend prompts --------------------------------------------------------------------------------------------
+    def prompt_name(self, name: str, backend: str) -> str:
+        """The wording `backend`'s upstream prompts a class with (its dataset's raw name), else the canonical name."""
+        canonical = self.canonical_class(name)
+        for table in self.data.prompt_names.get(backend, {}).values():
+            if canonical in table:
+                return table[canonical]
+        return canonical
+
 
 def load_vocabulary(path: str | Path) -> Vocabulary:
     """A vocabulary file (same layout as the shipped one); ConfigError when it is inconsistent."""
@@ -290,6 +307,12 @@ def class_synonyms(canonical: str) -> list[str]:
 def segearth_queries(classes: list[str], dataset: str | None = "OpenEarthMap") -> list[str]:
     """SegEarth-OV's CLIP-friendly prompt for each class ("rangeland" -> "grass"); unknown classes unchanged."""
     return default_vocabulary().segearth_queries(classes, dataset)
+
+
+def prompt_name(name: str, backend: str) -> str:
+    """How `backend` is prompted for a class: upstream's raw dataset name ("storage tank" -> RemoteSAM "storagetank"),
+    the canonical name for classes its upstream does not know."""
+    return default_vocabulary().prompt_name(name, backend)
 
 
 def segearth_threshold(dataset: str) -> float:

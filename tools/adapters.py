@@ -24,6 +24,7 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.image import LoadedImage
 from geopilot.tool_output import Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
 from geopilot.tools.geo import save_geotiff
+from geopilot.tools.precision import precision_setting
 from geopilot.tools.tiling import detect_tiled
 from geopilot.vocabulary import canonical_class, dataset_classes, segearth_queries, segearth_threshold
 
@@ -44,7 +45,7 @@ class LaeDinoOptions(StrictConfig):
     short_side: int = Field(800, ge=32)
     max_long_side: int = Field(1333, ge=32)
     tokenizer_path: str | None = None  # folder with vocab.txt; default <weights folder>/bert-base-uncased
-    half: bool = True  # fp16 on CUDA
+    precision: precision_setting("lae_dino") = "fp32"  # upstream's; geopilot.tools.precision
     architecture: Literal["swin-t", "tiny"] = "swin-t"  # "tiny" only makes sense for tests of the loading path
 
 
@@ -105,7 +106,7 @@ class SegmenterOptions(StrictConfig):
 
 class SpaGanOptions(StrictConfig):
     variant: Literal["RICE1", "RICE2"] = "RICE1"  # which checkpoint: thin clouds (RICE1) or thick clouds (RICE2)
-    half: bool = True  # fp16 on CUDA
+    precision: precision_setting("spa_gan") = "fp32"  # upstream's; fp16 (CUDA) allowed: geopilot.tools.precision
     tile_size: int = Field(1024, ge=0)  # larger images run in tiles (same result, bounded memory); 0 = never
 
 
@@ -117,7 +118,7 @@ class DenoDetOptions(StrictConfig):
     nms_pre: int = Field(1000, ge=1)
     nms_iou: float = Field(0.6, gt=0.0, le=1.0)
     max_per_img: int = Field(100, ge=1)
-    half: bool = True  # fp16 on CUDA
+    precision: precision_setting("denodet") = "fp32"  # upstream's; fp16 refused: geopilot.tools.precision
     architecture: Literal["resnet50", "tiny"] = "resnet50"  # "tiny" only makes sense for tests of the loading path
 
 
@@ -133,8 +134,8 @@ class SamRoadOptions(StrictConfig):
     preset: Literal["cityscale", "spacenet"] = "cityscale"  # which checkpoint and thresholds
     batch_size: int = Field(8, ge=1)  # patches per encoder forward
     max_patches: int = Field(1024, ge=1)  # scenes needing more patches are refused (crop or resample them)
-    sample_margin: int | None = Field(None, ge=0)  # None = the preset's (0); upstream CityScale used 64
-    half: bool = True  # fp16 on CUDA
+    sample_margin: int | None = Field(None, ge=0)  # None = upstream's (CityScale 64: a blank border; SpaceNet 0)
+    precision: precision_setting("sam_road") = "fp32"  # upstream's; fp16 refused: geopilot.tools.precision
     architecture: Literal["vit-b", "tiny"] = "vit-b"  # "tiny" only makes sense for tests of the loading path
 
 
@@ -148,7 +149,7 @@ class RemoteSamOptions(StrictConfig):
     tile_overlap: int = Field(256, ge=0)
     max_side: int = Field(8192, ge=64)  # referring tools see the scene whole; larger ones are refused
     tokenizer_path: str | None = None  # folder with vocab.txt; default <weights folder>/bert-base-uncased
-    half: bool = True  # fp16 on CUDA
+    precision: precision_setting("remotesam") = "fp32"  # upstream's; fp16 (CUDA) allowed: geopilot.tools.precision
     architecture: Literal["swin-b", "tiny"] = "swin-b"  # "tiny" only makes sense for tests of the loading path
 
     @model_validator(mode="after")

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from geopilot.tools.registry import binding_status, build_registry, load_tools_config
+    from geopilot.tools.registry import binding_precision, binding_status, build_registry, load_tools_config
 
     rows = []
     if args.catalog:
@@ -60,13 +60,15 @@ def _list(args: argparse.Namespace) -> int:
         for schema in build_registry(config=config).schemas():
             binding = config.tools[schema["name"]]
             status, detail = binding_status(binding)
-            rows.append({**schema, "backend": binding.backend, "status": status, "status_detail": detail})
+            precision = binding_precision(binding)
+            rows.append({**schema, "backend": binding.backend, **precision, "status": status, "status_detail": detail})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for row in rows:
         detail = f" ({row['status_detail']})" if row.get("status_detail") else ""
-        print(f"{row['name']:<18} {row['modality']:<8} {row['backend']:<12} {row['status']}{detail}")
+        precision = f"{row['precision']:<5}" if "precision" in row else f"{'-':<5}"
+        print(f"{row['name']:<18} {row['modality']:<8} {row['backend']:<12} {precision} {row['status']}{detail}")
         print(f"{'':<18} {row['description']}")
     return 0
 

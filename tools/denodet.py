@@ -43,6 +43,7 @@ from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import DenoDetOptions
 from geopilot.tools.canonical import pixel_box
 from geopilot.tools.keymap import KeyRenames
+from geopilot.tools.precision import PRECISIONS
 from geopilot.vocabulary import canonical_class, dataset_classes
 
 BACKEND = "denodet"
@@ -146,8 +147,9 @@ class TransDeno(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-2:] != (self.size, self.size):
             raise GeoPilotInputError(f"TransDeno of size {self.size} got a {tuple(x.shape[-2:])} feature map")
+        dtype, x = x.dtype, x.to(self.dct_h.dtype)  # float32 whatever the rest runs in (weights.place keeps it so)
         freq = self.dct_h @ x @ self.dct_w.T
-        return self.dct_h.T @ self.attention(freq) @ self.dct_w
+        return (self.dct_h.T @ self.attention(freq) @ self.dct_w).to(dtype)
 
 
 class FrequencySpatialFPN(nn.Module):
@@ -359,9 +361,12 @@ class DenoDet:
             else tiny_config(opts.input_size)
         )
         model = DenoDetNet(config)
-        load_denodet_state(model, local_weights.read_state_dict(checkpoint), source=str(checkpoint))
+        state = local_weights.read_state_dict(checkpoint)
+        load_denodet_state(model, state, source=str(checkpoint))
         target = local_weights.pick_device(device)
-        return cls(local_weights.place(model, target, half_on_cuda=opts.half), opts, target)
+        parts, stored = PRECISIONS[BACKEND].fp32_parts, local_weights.float_dtypes(state)
+        model = local_weights.place(model, target, opts.precision, parts, stored, str(checkpoint))
+        return cls(model, opts, target)
 
     def _label_indices(self, categories: list[str]) -> list[int]:
         wanted = []

@@ -315,9 +315,11 @@ class LaeDino:
                 f"{tokenizer_dir}: {vocab_size} tokens, but the text encoder has {config.text_config.vocab_size}"
             )
         model = LaeDinoForObjectDetection(config)
-        load_lae_dino_state(model, local_weights.read_state_dict(checkpoint), source=str(checkpoint))
+        state = local_weights.read_state_dict(checkpoint)
+        load_lae_dino_state(model, state, source=str(checkpoint))
         target = local_weights.pick_device(device)
-        model = local_weights.place(model, target, half_on_cuda=opts.half)
+        stored = local_weights.float_dtypes(state)
+        model = local_weights.place(model, target, opts.precision, stored=stored, source=str(checkpoint))
         return cls(model, tokenizer, opts, target)
 
     def _pixels(self, image: Image.Image) -> torch.Tensor:

@@ -117,6 +117,7 @@ class BackendSpec:
     adapt: Callable[[Any, Any, Path], Backend] | None  # (model, options, artifacts_dir) -> the backend of one tool
     load_key: Callable[[Any], str] = lambda options: ""  # the options that change what is loaded
     weights_file: Callable[[Any], str | None] = lambda options: None  # file under the weights folder, if one
+    precision: Callable[[Any], str] = lambda options: options.precision  # the configured `precision` setting
 
 
 def _load_lae_dino(weights: Path, device: str, options: DetectorOptions):
@@ -134,7 +135,7 @@ def _load_segearth_ov(weights: Path, device: str, options: SegmenterOptions):
 def _load_spa_gan(weights: Path, device: str, options: SpaGanOptions):
     from geopilot.tools.spa_gan import SpaGan
 
-    return SpaGan.from_weights(weights, device=device, half=options.half, tile_size=options.tile_size)
+    return SpaGan.from_weights(weights, device=device, precision=options.precision, tile_size=options.tile_size)
 
 
 def _load_remotesam(weights: Path, device: str, options: RemoteSamOptions):
@@ -174,6 +175,7 @@ def _detector(tasks: set[str], options_model: type[StrictConfig], load: Callable
         load=load,
         adapt=lambda model, options, artifacts_dir: DetectorAdapter(model, options),
         load_key=_model_options,
+        precision=lambda options: options.model.precision,
     )
 
 
@@ -188,13 +190,14 @@ BACKENDS: dict[str, BackendSpec] = {
         load=_load_segearth_ov,
         adapt=lambda model, options, artifacts_dir: SegmenterAdapter(model, options),
         load_key=_model_options,
+        precision=lambda options: options.model.get("precision", "fp32"),  # validated when the model loads
     ),
     "spa_gan": BackendSpec(
         tasks=frozenset({"remove_clouds"}),
         options_model=SpaGanOptions,
         load=_load_spa_gan,
         adapt=lambda model, options, artifacts_dir: CloudRemovalAdapter(model, artifacts_dir),
-        load_key=lambda options: f"{options.variant}/{options.half}/{options.tile_size}",
+        load_key=lambda options: f"{options.variant}/{options.precision}/{options.tile_size}",
         weights_file=lambda options: f"{options.variant}/{SPA_GAN_CHECKPOINT}",
     ),
     "remotesam": BackendSpec(
@@ -233,6 +236,17 @@ def weights_path(binding: ToolBinding, options: StrictConfig) -> Path:
     """Where this binding's weights are (raises WeightsError saying where to put them)."""
     spec = BACKENDS[binding.backend]
     return resolve_weights(binding.weights_name or binding.backend, binding.weights, spec.weights_file(options))
+
+
+def binding_precision(binding: ToolBinding) -> dict[str, str]:
+    """`precision` (configured; CUDA only, CPU runs fp32) and `upstream_precision` for `geopilot tools list`."""
+    from geopilot.tools.precision import PRECISIONS
+
+    options = BACKENDS[binding.backend].options_model.model_validate(binding.options)
+    return {
+        "precision": BACKENDS[binding.backend].precision(options),
+        "upstream_precision": PRECISIONS[binding.backend].upstream,
+    }
 
 
 def binding_status(binding: ToolBinding) -> tuple[str, str | None]:

@@ -37,10 +37,19 @@ from PIL import Image
 from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import Detection, SegmentClass
 from geopilot.tools.canonical import encode_mask, pixel_box
+from geopilot.tools.precision import check_precision
 from geopilot.tools.remotesam_keymap import upstream_key_to_ours
 from geopilot.tools.remotesam_model import TEXT_TOKENS, RemoteSamConfig, RemoteSamNet, tiny_config
 from geopilot.tools.tiling import tile_windows
-from geopilot.tools.weights import load_strict, pick_device, place, read_state_dict, remap_keys, resolve_weights
+from geopilot.tools.weights import (
+    float_dtypes,
+    load_strict,
+    pick_device,
+    place,
+    read_state_dict,
+    remap_keys,
+    resolve_weights,
+)
 
 BACKEND = "remotesam"
 CHECKPOINT = "checkpoint.pth"  # the name upstream's README loads; any file can be given as `weights:`
@@ -141,6 +150,14 @@ def _canonical(category: str) -> str:
     return canonical_class(category)
 
 
+def class_prompt(canonical: str) -> str:
+    """Upstream's `f"{classname} in the image"` with upstream's raw dataset name for the class ("storagetank"), the
+    canonical name for classes upstream does not know (geopilot/vocabulary.yaml `prompt_names.remotesam`)."""
+    from geopilot.vocabulary import prompt_name
+
+    return CLASS_PROMPT.format(prompt_name(canonical, BACKEND))
+
+
 class RemoteSam:
     """`ground`, `segment_referring`, `segment_instances` and `segment_semantic` on PIL images."""
 
@@ -182,7 +199,7 @@ class RemoteSam:
         device: str = "cpu",
         *,
         tokenizer_path: str | None = None,
-        half: bool = True,
+        precision: str = "fp32",
         architecture: str = "swin-b",
         **options,
     ) -> RemoteSam:
@@ -204,7 +221,9 @@ class RemoteSam:
         net = RemoteSamNet(ARCHITECTURES[architecture](len(tokenizer.get_vocab())))
         load_strict(net, state, source=str(checkpoint))
         target = pick_device(device)
-        return cls(place(net, target, half_on_cuda=half), tokenizer, target, **options)
+        precision = check_precision(BACKEND, precision)
+        placed = place(net, target, precision, stored=float_dtypes(state), source=str(checkpoint))
+        return cls(placed, tokenizer, target, **options)
 
     # -- the network ----------------------------------------------------------------------------------------------
     def tokens(self, sentence: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -291,7 +310,7 @@ class RemoteSam:
         width, height = image.size
         found: list[Detection] = []
         for label in dict.fromkeys(_canonical(c) for c in categories):
-            mask, prob = self.predict(image, CLASS_PROMPT.format(label), tiled=True)
+            mask, prob = self.predict(image, class_prompt(label), tiled=True)
             for c in instances(mask, prob, threshold, self.nms_iou):
                 found.append(
                     Detection(
@@ -308,7 +327,7 @@ class RemoteSam:
     def segment_semantic(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]:
         out = []
         for label in dict.fromkeys(_canonical(c) for c in classes):
-            mask, _ = self.predict(image, CLASS_PROMPT.format(label), tiled=True)
+            mask, _ = self.predict(image, class_prompt(label), tiled=True)
             if mask.any():
                 out.append(SegmentClass(label=label, area=float(mask.mean()), mask=encode_mask(mask)))
         return out

@@ -11,9 +11,10 @@ Upstream: github.com/htcr/sam_road (MIT), `model.py::SAMRoad` with `USE_SAM_DECO
   sigmoid = edge probability.
 Inference follows `inferencer.py`: SAM pixel mean/std on RGB 0-255; overlapping square patches (see
 `geopilot.tools.sam_road_graph` for the patch grid and all graph post-processing). Differences from upstream, all at
-the edges: images smaller than a patch are zero-padded (upstream needs >= PATCH_SIZE); non-square images get their
-own patch grid per axis (upstream: square only); the default sample margin is 0 (upstream CityScale skips a 64 px
-border; set `sample_margin: 64` to reproduce it). Both presets assume ~1 m/px imagery.
+the edges: the patch grid is upstream's at each preset's trained tile size (CityScale 2048 px with its 64 px blank
+border, SpaceNet 400 px) and keeps upstream's spacing elsewhere (`sam_road_graph.patch_starts`); images smaller than
+a patch are zero-padded (upstream needs >= PATCH_SIZE); non-square images get their own grid per axis (upstream:
+square only). Both presets assume ~1 m/px imagery.
 
 Weights: HF `congrui/sam_road` Lightning checkpoints (`cityscale_vitb_512_e10.ckpt`, `spacenet_vitb_256_e10.ckpt`;
 `state_dict` with `image_encoder.*`, `map_decoder.*`, `topo_net.*`), or a safetensors file with our names.
@@ -40,6 +41,7 @@ from geopilot.tool_output import RoadGraph
 from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import SamRoadOptions
 from geopilot.tools.keymap import KeyRenames
+from geopilot.tools.precision import PRECISIONS
 from geopilot.tools.sam_road_graph import (
     PRESETS,
     PatchQuery,
@@ -134,7 +136,8 @@ class SamRoadNet(nn.Module):
         """(B, 3, P, P) RGB 0-255 -> sigmoid masks (B, 2, P, P) and encoder features (B, D, P/16, P/16)."""
         x = (rgb - self.pixel_mean) / self.pixel_std
         features = self.image_encoder(pixel_values=x).last_hidden_state
-        return torch.sigmoid(self.map_decoder(features)), features
+        decoder_dtype = self.map_decoder[0].weight.dtype  # float32: the score maps before NMS (weights.place)
+        return torch.sigmoid(self.map_decoder(features.to(decoder_dtype)).float()), features
 
     def edge_scores(self, features: torch.Tensor, points, pairs, valid) -> torch.Tensor:
         """Upstream `BilinearSampler` + TopoNet: points in patch pixels (x, y)."""
@@ -200,7 +203,9 @@ class SamRoad:
         """Random weights, tiny encoder; the preset's thresholds with its patch size replaced (outputs meaningless)."""
         torch.manual_seed(seed)
         base = _preset(preset)
-        tiny_preset = replace(base, patch_size=patch_size, patch_stride=patch_size // 2)
+        tiny_preset = replace(
+            base, patch_size=patch_size, patch_stride=patch_size // 2, sample_margin=0, trained_image_size=None
+        )
         model = SamRoadNet(tiny_config(patch_size)).eval()
         return cls(
             model, tiny_preset, SamRoadOptions(preset=preset, architecture="tiny", **options), torch.device("cpu")
@@ -215,9 +220,12 @@ class SamRoad:
             raise WeightsError(f"weights not found: put {preset.checkpoint} in {checkpoint}")
         config = vit_b_config(preset.patch_size) if opts.architecture == "vit-b" else tiny_config(preset.patch_size)
         model = SamRoadNet(config)
-        load_sam_road_state(model, local_weights.read_state_dict(checkpoint), source=str(checkpoint))
+        state = local_weights.read_state_dict(checkpoint)
+        load_sam_road_state(model, state, source=str(checkpoint))
         target = local_weights.pick_device(device)
-        return cls(local_weights.place(model, target, half_on_cuda=opts.half), preset, opts, target)
+        parts, stored = PRECISIONS[BACKEND].fp32_parts, local_weights.float_dtypes(state)
+        model = local_weights.place(model, target, opts.precision, parts, stored, str(checkpoint))
+        return cls(model, preset, opts, target)
 
     @torch.inference_mode()
     def _fused_masks(self, rgb: np.ndarray, windows: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, list]:

@@ -1,17 +1,20 @@
 """SAM-Road graph extraction (torch-free): presets, patch layout, graph points, candidate edges, edge aggregation.
 
 Reimplements htcr/sam_road (MIT) `inferencer.py::infer_one_img`, `graph_extraction.py::extract_graph_points` and
-`graph_utils.py::nms_points` with numpy in place of rtree / scipy KD-trees:
+`graph_utils.py::nms_points` (numpy + scipy's KDTree, without rtree); `tests/tools/test_sam_road_upstream.py` checks
+points and their order against upstream's functions on synthetic masks of both presets:
 
 1. Fused masks: every patch's sigmoid keypoint and road maps are averaged where patches overlap, then scaled to
-   8 bits by truncation (`(mask * 255).to(uint8)`), as upstream.
+   8 bits by truncation (`(mask * 255).to(uint8)`), as upstream; always in float32, whatever the network runs in.
 2. Graph points: pixels above the keypoint threshold, then pixels above the road threshold, each through
-   `nms_points`; then both lists together (keypoints scored 1, road points 0) through one NMS of the road radius.
-   Upstream quirk kept: `nms_points` never suppresses a point whose score is above 1.0, and the 8-bit mask values
-   always are, so the first two passes keep every candidate; the result is one radius-16 NMS that visits keypoint
-   pixels first, then road pixels (tie order = upstream's `np.argsort(scores)[::-1]`).
-3. Candidate edges, per patch: the points inside the patch (bounds inclusive, as upstream's rtree query), each with
-   its up to 16 nearest other points closer than 64 px (scipy `KDTree.query(k=17, distance_upper_bound=64)`).
+   `nms_points` with their uint8 mask values as scores; then both lists together (keypoints scored 1.0, road points
+   0.0) through one NMS of the road radius. Upstream quirk kept: `nms_points` never suppresses a point whose score is
+   above 1.0, and the 8-bit mask values always are, so the first two passes keep every candidate and only sort it;
+   the result is one radius-16 NMS. The order is numpy's `np.argsort(scores)[::-1]` on upstream's dtypes (uint8,
+   then float64): argsort breaks ties differently per dtype, and a different tie order keeps different points.
+3. Candidate edges, per patch: the points inside the patch (bounds inclusive, as upstream's rtree query, in index
+   order), each with its up to 16 nearest other points closer than 64 px: scipy `KDTree.query(k=17,
+   distance_upper_bound=64)` as upstream, so equal distances come in scipy's order.
 4. Edge scores: TopoNet's probability for each (source, target) pair, averaged over the patches that scored it;
    a pair is kept above the preset's threshold. Upstream returns directed pairs; the canonical graph is undirected,
    so an edge is kept when either direction is.
@@ -32,7 +35,7 @@ from geopilot.tools.canonical import unit_polygon
 
 @dataclass(frozen=True)
 class SamRoadPreset:
-    """Upstream `config/toponet_vitb_*.yaml` values; `patch_stride` reproduces its patch grid (see `patch_starts`)."""
+    """Upstream `config/toponet_vitb_*.yaml` values and the tile size each was trained and evaluated on."""
 
     name: str
     checkpoint: str  # file name on HF `congrui/sam_road`
@@ -40,37 +43,44 @@ class SamRoadPreset:
     keypoint_threshold: float  # ITSC_THRESHOLD
     road_threshold: float  # ROAD_THRESHOLD
     topo_threshold: float  # TOPO_THRESHOLD
-    patch_stride: int  # INFER_PATCHES_PER_EDGE over the dataset's tiles, as a stride (rounded up)
-    sample_margin: int = 0  # upstream SAMPLE_MARGIN (CityScale: 64, a border its evaluation crops off)
+    trained_image_size: int | None  # the dataset's tile edge (CityScale 2048, SpaceNet 400); None = no such size
+    sample_margin: int  # SAMPLE_MARGIN: a border no patch starts in (CityScale 64: upstream leaves it blank)
+    patch_stride: int  # upstream's spacing at the trained size, rounded up: the grid rule at other sizes
+    patches_per_edge: int = 16  # INFER_PATCHES_PER_EDGE
     keypoint_nms_radius: int = 8  # ITSC_NMS_RADIUS
     road_nms_radius: int = 16  # ROAD_NMS_RADIUS
     neighbor_radius: float = 64.0  # NEIGHBOR_RADIUS
     max_neighbors: int = 16  # MAX_NEIGHBOR_QUERIES
 
 
-# CityScale: 16 patches per edge of a 2048 px tile with a 64 px margin = stride 93.9; SpaceNet: 16 per 400 px = 9.6.
-# With sample_margin=64 on a 2048 px image, stride 94 gives exactly upstream's 16 patch positions.
+# CityScale: 16 patches per edge over 64..1472 of a 2048 px tile = stride 93.9; SpaceNet: 16 over 0..144 of 400 = 9.6.
 PRESETS: dict[str, SamRoadPreset] = {
-    "cityscale": SamRoadPreset("cityscale", "cityscale_vitb_512_e10.ckpt", 512, 0.248, 0.364, 0.500, 94),
-    "spacenet": SamRoadPreset("spacenet", "spacenet_vitb_256_e10.ckpt", 256, 0.195, 0.341, 0.705, 10),
+    "cityscale": SamRoadPreset("cityscale", "cityscale_vitb_512_e10.ckpt", 512, 0.248, 0.364, 0.500, 2048, 64, 94),
+    "spacenet": SamRoadPreset("spacenet", "spacenet_vitb_256_e10.ckpt", 256, 0.195, 0.341, 0.705, 400, 0, 10),
 }
 
 
-def patch_starts(length: int, patch: int, stride: int, margin: int = 0) -> list[int]:
-    """Patch offsets along one axis: upstream `get_patch_info_one_img` (np.linspace from margin to the far end)
-    with the count derived from a stride. `length` must be >= `patch` (the caller pads smaller images)."""
-    lo, hi = margin, length - patch - margin
-    if hi < lo:  # the margin does not fit: one centred patch
-        lo = hi = (length - patch) // 2
-    count = math.ceil((hi - lo) / stride) + 1 if hi > lo else 1
-    return sorted({round(x) for x in np.linspace(lo, hi, count)})
+def patch_starts(length: int, preset: SamRoadPreset, margin: int | None = None) -> list[int]:
+    """Patch offsets along one axis (`length` >= the patch size; the caller pads smaller images).
+
+    At the preset's trained tile size with its own margin: upstream's `dataset.py::get_patch_info_one_img` exactly,
+    `patches_per_edge` offsets `round(np.linspace(margin, length - patch - margin))`. At any other size or margin:
+    the same linspace with as many offsets as keep upstream's spacing (at most `patch_stride` apart), so each pixel is
+    averaged over about as many patches as upstream's; when the margins leave no room, one centred patch."""
+    margin = preset.sample_margin if margin is None else margin
+    lo, hi = margin, length - preset.patch_size - margin
+    if hi < lo:
+        lo = hi = (length - preset.patch_size) // 2
+    if length == preset.trained_image_size and margin == preset.sample_margin:
+        count = preset.patches_per_edge
+    else:
+        count = math.ceil((hi - lo) / preset.patch_stride) + 1 if hi > lo else 1
+    return sorted({round(x) for x in np.linspace(lo, hi, count)})  # upstream's trained sizes have no repeats
 
 
 def patch_windows(width: int, height: int, preset: SamRoadPreset, margin: int | None = None) -> list[tuple[int, int]]:
-    """(x0, y0) of every patch, row by row in x then y as upstream (x outer loop)."""
-    margin = preset.sample_margin if margin is None else margin
-    xs = patch_starts(width, preset.patch_size, preset.patch_stride, margin)
-    ys = patch_starts(height, preset.patch_size, preset.patch_stride, margin)
+    """(x0, y0) of every patch, x outer and y inner as upstream; non-square images get a grid per axis."""
+    xs, ys = patch_starts(width, preset, margin), patch_starts(height, preset, margin)
     return [(x, y) for x in xs for y in ys]
 
 
@@ -80,15 +90,17 @@ def to_uint8(mask: np.ndarray) -> np.ndarray:
 
 
 def points_above(mask: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) integer points where the 8-bit mask exceeds threshold * 255, and their mask values."""
+    """(x, y) integer points where the 8-bit mask exceeds threshold * 255, row by row, and their mask values in the
+    mask's own dtype (uint8: the dtype decides the tie order of the NMS sort)."""
     hit = mask > threshold * 255
     rows, cols = np.nonzero(hit)
-    return np.stack([cols, rows], axis=1).astype(np.int64), mask[hit].astype(np.float64)
+    return np.stack([cols, rows], axis=1).astype(np.int64), mask[hit]
 
 
 def nms_points(points: np.ndarray, scores: np.ndarray, radius: float) -> np.ndarray:
-    """Upstream `nms_points`: visit points by descending score; a point is kept if its score is above 1.0 or no
-    kept point lies within `radius` (inclusive). Returns the kept points in visiting order."""
+    """Upstream `nms_points`: visit points by descending score (`np.argsort(scores)[::-1]` on the scores' own dtype,
+    as upstream); a point is kept if its score is above 1.0 or no kept point lies within `radius` (inclusive).
+    Returns the kept points in visiting order."""
     if len(points) == 0:
         return points.reshape(0, 2)
     order = np.argsort(scores)[::-1]
@@ -139,14 +151,13 @@ def patch_query(points: np.ndarray, x0: int, y0: int, preset: SamRoadPreset) -> 
     indices = np.nonzero(inside)[0]
     if len(indices) == 0:
         return None
+    from scipy.spatial import KDTree  # the `tools` extra; imported here so the registry builds without it
+
     local = (points[indices] - np.array([x0, y0])).astype(np.float64)
     count, k = len(indices), preset.max_neighbors
-    distance = np.sqrt(((local[:, None, :] - local[None, :, :]) ** 2).sum(axis=-1))
-    order = np.argsort(distance, axis=1, kind="stable")[:, : k + 1]
-    nearest = np.take_along_axis(distance, order, axis=1)
-    order = np.where(nearest < preset.neighbor_radius, order, count)[:, 1:]  # column 0 is the point itself
-    if order.shape[1] < k:  # fewer than k other points: pad with "no neighbour"
-        order = np.pad(order, ((0, 0), (0, k - order.shape[1])), constant_values=count)
+    # k + 1 because the nearest is the point itself; missing neighbours come back as index `count` (upstream L160)
+    _, order = KDTree(local).query(local, k=k + 1, distance_upper_bound=preset.neighbor_radius)
+    order = np.asarray(order, dtype=np.int64).reshape(count, k + 1)[:, 1:]
     valid = order < count
     source = np.repeat(np.arange(count)[:, None], k, axis=1)
     pairs = np.stack([source, np.where(valid, order, source)], axis=-1)

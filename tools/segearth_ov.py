@@ -43,6 +43,7 @@ from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import SegmentClass
 from geopilot.tools import weights as local_weights
 from geopilot.tools.canonical import segment_class
+from geopilot.tools.precision import precision_setting
 
 BACKEND = "segearth_ov"
 CLIP_FILE = "open_clip_model.safetensors"  # an open_clip state dict of OpenAI CLIP ViT-B/16
@@ -72,7 +73,7 @@ class SegEarthOptions(StrictConfig):
     slide_stride: int = Field(112, ge=1)
     max_output_pixels: int = Field(4_000_000, ge=1)  # above this, labels are computed small and resized (nearest)
     text_batch: int = Field(256, ge=1)
-    half: bool = True  # fp16 on CUDA
+    precision: precision_setting("segearth_ov") = "fp32"  # upstream's; fp16 (CUDA) allowed
 
 
 def _windows(padded: torch.Tensor, size: int, height: int, width: int):
@@ -309,9 +310,10 @@ class SegEarthOV:
             upsampler = UPSAMPLERS[opts.upsampler](clip.visual.output_dim)
             load_upsampler(upsampler, path)
         target = local_weights.pick_device(device)
-        clip = local_weights.place(clip, target, half_on_cuda=opts.half)
+        stored = local_weights.float_dtypes(state)
+        clip = local_weights.place(clip, target, opts.precision, stored=stored, source=str(clip_file))
         if upsampler is not None:
-            upsampler = local_weights.place(upsampler, target, half_on_cuda=opts.half)
+            upsampler = local_weights.place(upsampler, target, opts.precision)
         return cls(clip, open_clip.get_tokenizer(opts.model_name), upsampler, opts, target)
 
     @property

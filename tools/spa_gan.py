@@ -26,8 +26,10 @@ from torch import nn
 
 from geopilot.cancellation import check_cancelled
 from geopilot.tools.keymap import KeyRenames
-from geopilot.tools.weights import load_strict, pick_device, place, read_state_dict, remap_keys
+from geopilot.tools.precision import check_precision
+from geopilot.tools.weights import float_dtypes, load_strict, pick_device, place, read_state_dict, remap_keys
 
+BACKEND = "spa_gan"
 WIDTH = 32
 N_BLOCKS = 17
 GATED_BLOCKS = range(3, 15)  # 0-based indices of blocks 4..15, gated by the attention map
@@ -164,13 +166,15 @@ class SpaGan:
 
     @classmethod
     def from_weights(
-        cls, weights_path: str | Path, device: str = "cpu", half: bool = True, tile_size: int = 1024
+        cls, weights_path: str | Path, device: str = "cpu", precision: str = "fp32", tile_size: int = 1024
     ) -> SpaGan:
+        precision = check_precision(BACKEND, precision)
         state = remap_keys(read_state_dict(weights_path), upstream_key_to_ours)
         model = SpaNet()
         load_strict(model, state, source=str(weights_path))
         chosen = pick_device(device)
-        return cls(place(model, chosen, half_on_cuda=half), chosen, tile_size)
+        placed = place(model, chosen, precision, stored=float_dtypes(state), source=str(weights_path))
+        return cls(placed, chosen, tile_size)
 
     @classmethod
     def tiny(cls, seed: int = 0, tile_size: int = 1024, tile_margin: int = TILE_MARGIN) -> SpaGan:

@@ -144,9 +144,40 @@ def pick_device(device: str = "auto") -> torch.device:
         raise WeightsError(str(err)) from None
 
 
-def place(module: nn.Module, device: torch.device, half_on_cuda: bool = True) -> nn.Module:
-    """Move to `device` in eval mode; fp16 on CUDA unless turned off (CPU stays fp32: fp16 conv is slow there)."""
-    module = module.to(device).eval()
-    if device.type == "cuda" and half_on_cuda:
-        module = module.half()
+def float_dtypes(state_dict: Mapping[str, torch.Tensor]) -> set[str]:
+    """The floating-point dtypes a checkpoint stores its tensors in, e.g. {"float16"}."""
+    return {str(v.dtype).removeprefix("torch.") for v in state_dict.values() if v.is_floating_point()}
+
+
+def run_precision(device: torch.device, precision: str) -> str:
+    """What a module placed on `device` runs in: the configured precision on CUDA, fp32 on CPU (fp16 is slow there)."""
+    return precision if device.type == "cuda" else "fp32"
+
+
+def to_precision(module: nn.Module, precision: str, fp32_parts: tuple[str, ...] = ()) -> nn.Module:
+    """`module` in fp16 or fp32 (on whatever device it is), its `fp32_parts` submodules kept float32."""
+    import torch
+
+    module = module.to(torch.float16 if precision == "fp16" else torch.float32)
+    for name in fp32_parts:
+        module.get_submodule(name).float()
+    return module
+
+
+def place(
+    module: nn.Module,
+    device: torch.device,
+    precision: str = "fp32",
+    fp32_parts: tuple[str, ...] = (),
+    stored: set[str] | None = None,
+    source: str = "checkpoint",
+) -> nn.Module:
+    """Move to `device` in eval mode, in `run_precision(device, precision)`; the `fp32_parts` submodules stay float32.
+    `stored` (the checkpoint's dtypes, `float_dtypes`): weights stored in another dtype are converted, with a note."""
+    from geopilot.tools.precision import note_checkpoint_dtypes
+
+    effective = run_precision(device, precision)
+    module = to_precision(module.to(device).eval(), effective, fp32_parts)
+    if stored:
+        note_checkpoint_dtypes(source, stored, effective)
     return module

@@ -162,3 +162,43 @@ def test_list_reports_remotesam_ready_or_weights_missing(tmp_path, monkeypatch, 
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert {rows[n]["status"] for n in ("ground", "segment_instances", "segment_referring")} == {"ready"}
+
+
+# 1e12Leon/RemoteSAM data/datasets/DET.py: DIOR_DET.classes (L125, without 'background') and DOTAv2_DET.classes (L130),
+# the names tasks/DET.sh and tasks/DET_DOTA.sh pass as --_class and tasks/code/model.py L216 prompts as
+# f"{classname} in the image".
+UPSTREAM_DIOR = (
+    "airplane airport baseballfield basketballcourt bridge chimney dam expressway-service-area "
+    "expressway-toll-station golffield groundtrackfield harbor overpass ship stadium storagetank tenniscourt "
+    "trainstation vehicle windmill"
+).split()
+UPSTREAM_DOTA_V2 = (
+    "airplane ship storagetank baseballfield tenniscourt basketballcourt groundtrackfield harbor bridge "
+    "large-vehicle small-vehicle helicopter roundabout soccer-ball-field swimming-pool container-crane airport helipad"
+).split()
+
+
+def test_class_prompts_use_upstreams_raw_dataset_names():
+    from geopilot.tools.remotesam import class_prompt
+    from geopilot.vocabulary import canonical_class
+
+    for raw in UPSTREAM_DIOR + UPSTREAM_DOTA_V2 + ["bareland"]:  # AID_MCC (data/datasets/MCC.py L67)
+        assert class_prompt(canonical_class(raw)) == f"{raw} in the image"
+    assert class_prompt("storage tank") == "storagetank in the image"
+    assert class_prompt("rangeland") == "rangeland in the image"  # unknown upstream: the canonical name
+
+
+def test_segment_instances_prompts_the_raw_name_and_labels_canonically(tiny, monkeypatch):
+    prompts = []
+    original = tiny.predict
+
+    def spy(image, sentence, tiled=False):
+        prompts.append(sentence)
+        return original(image, sentence, tiled=tiled)
+
+    monkeypatch.setattr(tiny, "predict", spy)
+    found = tiny.segment_instances(_image(), ["storage tanks", "ground track field"])
+    semantic = tiny.segment_semantic(_image(), ["bare land"])
+    assert prompts == ["storagetank in the image", "groundtrackfield in the image", "bareland in the image"]
+    assert {d.label for d in found} <= {"storage tank", "ground track field"}
+    assert {s.label for s in semantic} <= {"bare land"}

@@ -52,7 +52,7 @@ def _cross_truth() -> set[frozenset]:
 
 
 def test_known_cross_gives_the_expected_nodes_and_edges():
-    preset = replace(PRESETS["cityscale"], patch_size=128, patch_stride=32)
+    preset = replace(PRESETS["cityscale"], patch_size=128, patch_stride=32, sample_margin=0)
     keypoint, road = _cross_masks()
     points = graph_points(keypoint, road, preset)
     assert tuple(points[0]) == CENTRE  # keypoints first
@@ -107,10 +107,15 @@ def test_nms_never_suppresses_scores_above_one_as_upstream():
 
 def test_patch_grid_reproduces_upstream_inference_grids():
     cityscale = [round(x) for x in np.linspace(64, 2048 - 512 - 64, 16)]  # 16 per edge, margin 64
-    assert patch_starts(2048, 512, PRESETS["cityscale"].patch_stride, 64) == cityscale
+    cityscale_preset, spacenet_preset = PRESETS["cityscale"], PRESETS["spacenet"]
+    assert patch_starts(2048, cityscale_preset) == cityscale
     spacenet = [round(x) for x in np.linspace(0, 400 - 256, 16)]
-    assert patch_starts(400, 256, PRESETS["spacenet"].patch_stride, 0) == spacenet
-    assert patch_starts(512, 512, 94, 64) == [0]  # the margin does not fit: one patch
+    assert patch_starts(400, spacenet_preset) == spacenet
+    assert patch_starts(512, cityscale_preset) == [0]  # the margin does not fit: one patch
+    assert patch_starts(600, cityscale_preset) == [44]  # ... centred: 44 px each side stay blank
+    # other sizes keep upstream's spacing (<= 94 px) and margin: 1024 px -> 64..448 in 6 steps of 76.8
+    assert patch_starts(1024, cityscale_preset) == [64, 141, 218, 294, 371, 448]
+    assert patch_starts(2048, cityscale_preset, margin=0) == [round(x) for x in np.linspace(0, 1536, 18)]
 
 
 def test_patch_query_takes_at_most_16_neighbours_closer_than_the_radius():
