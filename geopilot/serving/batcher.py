@@ -10,7 +10,7 @@ queued + running); `admit()` / `submit` raise `Busy` beyond that, which the API 
 `cancel()` (its client left, or its request timed out) frees its slot at once and stops its work: a queued job is
 skipped; a running batch whose jobs are all cancelled stops before its next turn, and a one-row turn (a lone
 request, a stream) at its next decoded piece, so the requests behind it do not time out too. That reaches into
-a `GeoPilot` through its `session_factory`, which the batcher wraps (the `_Stoppable` sessions).
+a `GeoPilot` through its `session_factory` (on the pilot or its engine), which the batcher wraps (`_Stoppable`).
 """
 
 from __future__ import annotations
@@ -73,8 +73,11 @@ class Batcher:
         self._admitted = 0
         self.batches: list[int] = []  # size of every batch run (tests, benchmarks)
         self._running = threading.local()  # the jobs the model thread is running now (read by _Stoppable)
-        if callable(getattr(pilot, "session_factory", None)):
-            pilot.session_factory = _stoppable(pilot.session_factory, self._stop_running)
+        # the session factory lives on the pilot, or on its engine (GeoPilot over a LocalEngine)
+        for holder in (pilot, getattr(pilot, "engine", None)):
+            if callable(getattr(holder, "session_factory", None)):
+                holder.session_factory = _stoppable(holder.session_factory, self._stop_running)
+                break
         self._thread = threading.Thread(target=self._loop, name="geopilot-batcher", daemon=True)
         self._thread.start()
 
