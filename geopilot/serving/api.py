@@ -132,6 +132,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     @asynccontextmanager
     async def lifespan(app):
         yield
+        await policy.aclose()
         batcher.close()
 
     app = FastAPI(title="GeoPilot", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)

@@ -171,15 +171,16 @@ class Batcher:
 
         request = job.request
         try:
-            result = self.pilot.chat(
-                request["image"],
-                request["query"],
-                history=request.get("history"),
-                max_rounds=job.max_rounds,
-                generation=job.options,
-                modality=request.get("modality"),
-                stream=on_text,
-            )
+            with cancel_scope(JobsCancelled([job])):
+                result = self.pilot.chat(
+                    request["image"],
+                    request["query"],
+                    history=request.get("history"),
+                    max_rounds=job.max_rounds,
+                    generation=job.options,
+                    modality=request.get("modality"),
+                    stream=on_text,
+                )
         except BaseException as err:  # noqa: BLE001 - Cancelled, input errors: the request's, not the thread's
             job.future.set_exception(err)
         else:
