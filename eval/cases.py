@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from geopilot.errors import GeoPilotInputError, describe_validation_error
-from geopilot.fileio import parse_json_object
+from geopilot.fileio import iter_jsonl
 
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
@@ -127,11 +127,8 @@ def load_cases(path: str | Path, check_images: bool = True) -> CaseSet:
         raise GeoPilotInputError(f"case file {str(path)!r} does not exist")
     cases: list[Case] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, raw in iter_jsonl(path):
         where = f"{path.name} line {number}"
-        raw = parse_json_object(line, where)
         case_id = raw.get("id")
         if case_id is not None:
             where += f", case {case_id!r}"

@@ -10,20 +10,19 @@ scores as wrong — never dropped.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem
-from geopilot.fileio import read_json_log
+from geopilot.fileio import append_jsonl, iter_jsonl
 
 PREDICTIONS = "predictions.jsonl"
 
 
 def read_predictions(path: Path) -> dict[str, dict]:
     """id -> record from a predictions JSONL; a line that does not parse (a torn last write) is ignored."""
-    return {record["id"]: record for record in read_json_log(path) if isinstance(record.get("id"), str)}
+    return {record["id"]: record for _, record in iter_jsonl(path, "skip") if isinstance(record.get("id"), str)}
 
 
 def _record(item: EvalItem, result) -> dict:
@@ -74,24 +73,18 @@ def predict(
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, total=-(-len(todo) // batch_size), desc="batches", unit="batch")
-    if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-        with path.open("a", encoding="utf-8") as sink:  # a torn last line (killed mid-write) stays ignored
-            sink.write("\n")
-    with path.open("a", encoding="utf-8") as sink:
-        for batch in batches:
-            requests = [{"image": i.image, "query": i.prompt, "modality": i.modality} for i in batch]
-            try:
-                results = pilot.chat_batch(requests, max_rounds, generation)
-                records = [_record(i, r) for i, r in zip(batch, results, strict=True)]
-            except GeoPilotInputError:
-                records = []
-                for item, request in zip(batch, requests, strict=True):
-                    try:
-                        records.append(_record(item, pilot.chat_batch([request], max_rounds, generation)[0]))
-                    except GeoPilotInputError as err:
-                        records.append(_failed(item, err))
-            for record in records:
-                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-                done[record["id"]] = record
-            sink.flush()
+    for batch in batches:
+        requests = [{"image": i.image, "query": i.prompt, "modality": i.modality} for i in batch]
+        try:
+            results = pilot.chat_batch(requests, max_rounds, generation)
+            records = [_record(i, r) for i, r in zip(batch, results, strict=True)]
+        except GeoPilotInputError:
+            records = []
+            for item, request in zip(batch, requests, strict=True):
+                try:
+                    records.append(_record(item, pilot.chat_batch([request], max_rounds, generation)[0]))
+                except GeoPilotInputError as err:
+                    records.append(_failed(item, err))
+        append_jsonl(path, records)  # closes a line torn by a kill first: no record is glued onto it
+        done.update((record["id"], record) for record in records)
     return done

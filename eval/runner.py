@@ -9,8 +9,6 @@ same DIR is refused. After the loop the reports are rewritten from the log: `cas
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +18,7 @@ from geopilot.eval.cases import DIFFICULTIES, CaseSet
 from geopilot.eval.metrics import summarise
 from geopilot.eval.scorer import score
 from geopilot.eval.toolkit import canonical_hash
-from geopilot.fileio import read_json_log
+from geopilot.fileio import append_jsonl, iter_jsonl
 
 SCORER_VERSION = "1"
 RESULTS = "results.jsonl"
@@ -28,20 +26,7 @@ RESULTS = "results.jsonl"
 
 def read_rows(path: Path) -> list[dict]:
     """The rows of a results log; a line cut off by a kill is skipped (it is re-run)."""
-    return [row for row in read_json_log(path) if "case_id" in row and "seed" in row]
-
-
-def _append(path: Path, row: dict) -> None:
-    text = json.dumps(row, ensure_ascii=False) + "\n"
-    with path.open("ab") as handle:
-        if handle.tell() > 0:
-            with path.open("rb") as existing:
-                existing.seek(-1, os.SEEK_END)
-                if existing.read(1) != b"\n":
-                    text = "\n" + text  # the previous run was killed mid-line
-        handle.write(text.encode("utf-8"))
-        handle.flush()
-        os.fsync(handle.fileno())
+    return [row for _, row in iter_jsonl(path, "skip") if "case_id" in row and "seed" in row]
 
 
 def run_benchmark(
@@ -82,22 +67,24 @@ def run_benchmark(
     for index, (seed, case) in enumerate(todo, start=1):
         run = agent.run(case, case_set.image_path(case), seed)
         scored = score(case, run)
-        _append(
+        append_jsonl(
             results,
-            {
-                "case_id": case.id,
-                "seed": seed,
-                "category": case.category,
-                "difficulty": case.difficulty,
-                "modality": case.modality,
-                "agent": label,
-                "config_hash": config_hash,
-                "prompt_hash": agent.prompt_hash,
-                "cases_sha256": case_set.sha256,
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "run": run.model_dump(mode="json"),
-                "score": scored.model_dump(mode="json"),
-            },
+            [
+                {
+                    "case_id": case.id,
+                    "seed": seed,
+                    "category": case.category,
+                    "difficulty": case.difficulty,
+                    "modality": case.modality,
+                    "agent": label,
+                    "config_hash": config_hash,
+                    "prompt_hash": agent.prompt_hash,
+                    "cases_sha256": case_set.sha256,
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "run": run.model_dump(mode="json"),
+                    "score": scored.model_dump(mode="json"),
+                }
+            ],
         )
         if progress is not None:
             progress(index, len(todo))

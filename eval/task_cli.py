@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.fileio import parse_json_object
+from geopilot.fileio import iter_jsonl
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,20 +73,12 @@ def _task_command(name: str) -> tuple[Callable, Callable]:
 
 
 def _read_jsonl(path: str, what: str) -> list[dict]:
-    file = Path(path)
-    if not file.is_file():
-        raise GeoPilotInputError(f"{what} file {file} not found")
-    try:
-        text = file.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise GeoPilotInputError(f"{what} file {file} is not UTF-8 text (expected JSON lines)") from None
+    if not Path(path).is_file():
+        raise GeoPilotInputError(f"{what} file {path} not found")
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        row = parse_json_object(line, f"{file}:{number}")
+    for number, row in iter_jsonl(path):
         if not isinstance(row.get("id"), (str, int)):
-            raise GeoPilotInputError(f"{file}:{number}: expected an object with an 'id'")
+            raise GeoPilotInputError(f"{path} line {number}: expected an object with an 'id'")
         rows.append(row)
     return rows
 

@@ -27,6 +27,7 @@ from geopilot.eval.loaders.referring import load_referring
 from geopilot.eval.predictions import PREDICTIONS, predict, read_predictions
 from geopilot.eval.task_metrics.segmentation import ConfusionMatrix, MaskShapeError
 from geopilot.eval.tasks import score_referring
+from geopilot.fileio import append_jsonl
 
 SEGMENT_PROMPT = "Segment this image into these land-cover classes: {classes}."
 REFER_PROMPT = "Locate {expression} in this image."
@@ -40,31 +41,29 @@ def _standalone(registry, items: list[EvalItem], tool: str, params_of, out_dir: 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / PREDICTIONS
     done = read_predictions(path)
-    with path.open("a", encoding="utf-8") as sink:
-        for item in items:
-            if item.id in done:
-                continue
-            params = params_of(item)
-            try:
-                result = registry.call(Action(tool=tool, params=params), load_image(item.image), modality=None)
-                call = {
-                    "tool": tool,
-                    "params": params,
-                    "output": result.output.model_dump(mode="json", exclude_none=True) if result.output else None,
-                    "error": result.error,
-                }
-            except GeoPilotInputError as err:
-                call = {"tool": tool, "params": params, "output": None, "error": str(err)}
-            record = {
-                "id": item.id,
-                "answer": "",
-                "outcome": "standalone",
-                "error": call["error"],
-                "tool_calls": [call],
+    for item in items:
+        if item.id in done:
+            continue
+        params = params_of(item)
+        try:
+            result = registry.call(Action(tool=tool, params=params), load_image(item.image), modality=None)
+            call = {
+                "tool": tool,
+                "params": params,
+                "output": result.output.model_dump(mode="json", exclude_none=True) if result.output else None,
+                "error": result.error,
             }
-            sink.write(json.dumps(record) + "\n")
-            sink.flush()
-            done[item.id] = record
+        except GeoPilotInputError as err:
+            call = {"tool": tool, "params": params, "output": None, "error": str(err)}
+        record = {
+            "id": item.id,
+            "answer": "",
+            "outcome": "standalone",
+            "error": call["error"],
+            "tool_calls": [call],
+        }
+        append_jsonl(path, [record])  # closes a line torn by a kill first: no record is glued onto it
+        done[item.id] = record
     return done
 
 

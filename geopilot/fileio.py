@@ -1,6 +1,6 @@
-"""Durable small-file writes: the one atomic-write helper (checkpoints, generation shards, reports, caches), and
-the two ways JSON objects are read back: strictly from user input (`parse_json_object`), leniently from a log we wrote
-(`read_json_log`).
+"""Durable small-file writes and JSON lines: the one atomic-write helper (checkpoints, generation shards, reports,
+caches), the one append to a JSONL log (`append_jsonl`), the one JSONL reader (`iter_jsonl`: strict for user input,
+lenient for a log we wrote), and the one settings fingerprint.
 
 `atomic_write` writes a sibling temp file (hidden, named with the process id so concurrent writers never share
 one), fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the folder, so after a crash a reader
@@ -9,10 +9,12 @@ sees the old file or the new one, never a torn mix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Literal
 
 from geopilot.errors import GeoPilotInputError
 
@@ -52,16 +54,52 @@ def parse_json_object(text: str, where: str) -> dict:
     return value
 
 
-def read_json_log(path: str | Path) -> Iterator[dict]:
-    """The JSON objects of an append-only JSONL log, oldest first. A line that does not parse (torn by a kill
-    mid-write) or is not an object is passed over: the work it stood for is simply done again."""
+def fingerprint(settings) -> str:
+    """The identity of a set of settings: sha256 of their canonical JSON, 16 hex digits (every run folder's)."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def append_jsonl(path: str | Path, records: Iterable[dict]) -> None:
+    """Append records to a JSONL log, one line each, durably (flush + fsync). A last line torn by a kill is closed
+    first, so it stays one unreadable line (passed over by `iter_jsonl(..., "skip")`) and never swallows the next
+    record."""
+    lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    if not lines:
+        return
+    with Path(path).open("ab") as handle:
+        if handle.tell() > 0:
+            with Path(path).open("rb") as existing:
+                existing.seek(-1, os.SEEK_END)
+                if existing.read(1) != b"\n":
+                    lines = "\n" + lines
+        handle.write(lines.encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def iter_jsonl(path: str | Path, on_error: Literal["raise", "skip"] = "raise") -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-empty line, read line by line. `raise` (input a user gave): a line that
+    is not a JSON object, or a file that is missing or not UTF-8, is a one-line GeoPilotInputError
+    `FILE line N: not JSON (...)`. `skip` (a log we append to): such lines are passed over (their work is done
+    again) and a missing file is empty."""
     path = Path(path)
     if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            yield record
+        if on_error == "skip":
+            return
+        raise GeoPilotInputError(f"{path}: no such file")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                record = parse_json_object(raw.decode("utf-8-sig" if number == 1 else "utf-8"), f"{path} line {number}")
+            except UnicodeDecodeError:
+                if on_error == "skip":
+                    continue
+                raise GeoPilotInputError(f"{path} line {number}: not UTF-8 text (expected JSON lines)") from None
+            except GeoPilotInputError:
+                if on_error == "skip":
+                    continue
+                raise
+            yield number, record

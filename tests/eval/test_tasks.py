@@ -142,7 +142,7 @@ def test_binary_predictions_are_one_line_exit_2(tmp_path, capsys):
     ref = _jsonl(tmp_path / "r.jsonl", [{"id": "a", "references": ["x"]}])
     assert main(["eval", "captions", "--pred", str(pred), "--ref", ref]) == 2
     err = capsys.readouterr().err
-    assert "is not UTF-8 text" in err and len(err.strip().splitlines()) == 1
+    assert "line 1: not UTF-8 text" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_model_dir_is_exit_2(bench, tmp_path, capsys):
@@ -229,6 +229,25 @@ def test_tools_e2e_standalone_vs_geopilot_with_the_gap(tiny_model_dir, tmp_path)
     report = (out / "report.md").read_text()
     assert "| Referring Object Detection | Acc@0.5 | 33.33 |" in report
     assert (out / "tools-e2e.png").is_file()
+
+
+def test_standalone_records_survive_a_kill_mid_append(tmp_path):
+    """A kill mid-write leaves a torn last line; the resumed run's first record must not be glued onto it (it was
+    lost before: the reader skipped the merged line and the item was never re-run or scored)."""
+    from geopilot.eval.loaders.common import EvalItem
+    from geopilot.eval.predictions import PREDICTIONS, read_predictions
+    from geopilot.eval.tools_e2e import _standalone
+
+    image = tmp_path / "scene.png"
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(image)
+    items = [EvalItem(id=f"i{n}", image=str(image), prompt="", reference=None, kind="ref") for n in range(3)]
+    registry = ToolRegistry([FixedGrounder()])
+    out = tmp_path / "standalone"
+    _standalone(registry, items[:1], "ground", lambda item: {"expression": item.id}, out)
+    with (out / PREDICTIONS).open("a") as log:
+        log.write('{"id": "i1", "answer": "", "outcome": "standal')  # killed here
+    _standalone(registry, items, "ground", lambda item: {"expression": item.id}, out)
+    assert sorted(read_predictions(out / PREDICTIONS)) == ["i0", "i1", "i2"]
 
 
 def test_e2e_label_map_wrong_size_and_overlap():
