@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 from geopilot.argtypes import output_folder_problem
 from geopilot.artifacts import artifacts_dir as resolve_artifacts_dir
 from geopilot.config import StrictConfig, describe_validation_error, load_config
-from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.errors import ConfigError, GeoPilotInputError, WeightsError
 from geopilot.image import DEFAULT_MAX_PIXELS
 from geopilot.records import AnnotationRecord
 from geopilot.tool_protocol import ToolRegistry
@@ -42,11 +42,11 @@ from geopilot.tools.adapters import (
     SegmenterOptions,
     SpaGanOptions,
 )
-from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool, UnavailableBackend
+from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool
+from geopilot.tools.weight_files import SPA_GAN_CHECKPOINT
 from geopilot.tools.weights import pick_device, resolve_weights
 
 DEFAULT_TIMEOUT_S = 120.0  # per tool call
-SPA_GAN_CHECKPOINT = "gen_model_epoch_200.pth"  # upstream's file in pretrained_models/RICE1|RICE2/
 # configs/ ships inside the distribution as `geopilot.configs`, so the default works from a wheel too.
 DEFAULT_CONFIG = Path(str(resources.files("geopilot.configs") / "tools.yaml"))
 
@@ -113,8 +113,8 @@ def _config_problem(message: str) -> PydanticCustomError:
 class BackendSpec:
     tasks: frozenset[str]  # task-level tools this backend can serve
     options_model: type[StrictConfig]
-    load: Callable[[Path, str, Any], Any] | None  # (weights, device, options) -> model; None = not available yet
-    adapt: Callable[[Any, Any, Path], Backend] | None  # (model, options, artifacts_dir) -> the backend of one tool
+    load: Callable[[Path, str, Any], Any]  # (weights, device, options) -> model
+    adapt: Callable[[Any, Any, Path], Backend]  # (model, options, artifacts_dir) -> the backend of one tool
     load_key: Callable[[Any], str] = lambda options: ""  # the options that change what is loaded
     weights_file: Callable[[Any], str | None] = lambda options: None  # file under the weights folder, if one
     precision: Callable[[Any], str] = lambda options: options.precision  # the configured `precision` setting
@@ -235,7 +235,12 @@ def backend_options(name: str, binding: ToolBinding) -> StrictConfig:
 def weights_path(binding: ToolBinding, options: StrictConfig) -> Path:
     """Where this binding's weights are (raises WeightsError saying where to put them)."""
     spec = BACKENDS[binding.backend]
-    return resolve_weights(binding.weights_name or binding.backend, binding.weights, spec.weights_file(options))
+    path = resolve_weights(binding.weights_name or binding.backend, binding.weights, spec.weights_file(options))
+    _, checks = binding_files(binding, options)
+    problems = [check.problem for check in checks if check.problem]
+    if problems:  # the same list `tools list` shows: nothing is loaded from a folder that lacks a file
+        raise WeightsError(f"weights not found for {binding.backend!r}: " + "; ".join(problems))
+    return path
 
 
 def binding_precision(binding: ToolBinding) -> dict[str, str]:
@@ -249,10 +254,31 @@ def binding_precision(binding: ToolBinding) -> dict[str, str]:
     }
 
 
+def binding_files(binding: ToolBinding, options: StrictConfig, hashes: bool = False) -> tuple[Path | None, list]:
+    """(the binding's weights folder, a FileCheck per file it loads); folder None when $GEOPILOT_WEIGHTS_DIR is
+    unset and no `weights:` is given."""
+    from geopilot.tools.weight_files import check_files
+    from geopilot.tools.weights import weights_root
+
+    given_file = None
+    if binding.weights is not None:
+        folder = Path(binding.weights).expanduser()
+        if folder.is_file():
+            folder, given_file = folder.parent, folder
+    else:
+        root = weights_root()
+        if root is None:
+            return None, []
+        folder = root / (binding.weights_name or binding.backend)
+    return folder, check_files(binding.backend, options, folder, given_file, hashes)
+
+
 def binding_status(binding: ToolBinding) -> tuple[str, str | None]:
-    """(`ready` | `weights missing`, what is missing and where it goes) for `geopilot tools list`."""
+    """(`ready` | `weights missing`, what is missing and where it goes) for `geopilot tools list`: every file the
+    backend loads must be there (`geopilot.tools.weight_files`)."""
+    options = BACKENDS[binding.backend].options_model.model_validate(binding.options)
     try:
-        weights_path(binding, BACKENDS[binding.backend].options_model.model_validate(binding.options))
+        weights_path(binding, options)
     except GeoPilotInputError as err:
         return "weights missing", str(err)
     return "ready", None
@@ -314,8 +340,6 @@ def _backend(
     binding: ToolBinding, options: StrictConfig, config: ToolsConfig, models: dict[tuple, LazyModel]
 ) -> Backend:
     spec = BACKENDS[binding.backend]
-    if spec.load is None or spec.adapt is None:
-        return UnavailableBackend(binding.backend)
     key = (binding.backend, binding.weights, binding.weights_name, spec.load_key(options))
     if key not in models:
         models[key] = LazyModel(

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from geopilot.cancellation import check_cancelled
-from geopilot.errors import GeoPilotInputError, ImageInputError
+from geopilot.errors import ImageInputError
 from geopilot.image import LoadedImage
 from geopilot.sample import Modality
 from geopilot.tool_output import ToolOutput
@@ -155,23 +155,6 @@ class Backend(Protocol):
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput: ...
 
 
-class BackendUnavailableError(GeoPilotInputError):
-    """A tool bound to a backend that this release does not implement yet (rebind it in the tools config)."""
-
-
-class UnavailableBackend:
-    def __init__(self, name: str):
-        self.name = name
-
-    def error(self, tool: str) -> BackendUnavailableError:
-        return BackendUnavailableError(
-            f"backend {self.name!r} is not available yet; bind {tool!r} to another backend in configs/tools.yaml"
-        )
-
-    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
-        raise self.error(tool)
-
-
 class LazyModel:
     """A model loaded on first use (weights are read then, not when the registry is built), once, thread-safely.
 
@@ -227,8 +210,6 @@ class TaskTool:
         """Load the backend now (the CLI does this so missing weights are reported before anything runs)."""
         if isinstance(self.backend, LazyBackend):
             self.backend.get()
-        if isinstance(self.backend, UnavailableBackend):
-            raise self.backend.error(self.name)
 
     def run(self, image: LoadedImage, params: BaseModel) -> ToolOutput:
         width, height = image.image.size

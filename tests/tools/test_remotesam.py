@@ -161,6 +161,14 @@ def test_list_reports_remotesam_ready_or_weights_missing(tmp_path, monkeypatch, 
     (tmp_path / "remotesam" / "checkpoint.pth").write_bytes(b"")
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert (
+        rows["ground"]["status"] == "weights missing"
+        and "bert-base-uncased/vocab.txt" in rows["ground"]["status_detail"]
+    )
+    (tmp_path / "remotesam" / "bert-base-uncased").mkdir()
+    (tmp_path / "remotesam" / "bert-base-uncased" / "vocab.txt").write_text("[PAD]\n")
+    assert main(["tools", "list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert {rows[n]["status"] for n in ("ground", "segment_instances", "segment_referring")} == {"ready"}
 
 

@@ -1,0 +1,123 @@
+"""What each backend needs on disk, in one torch-free place: `geopilot tools list`, `geopilot weights check` and
+loading all ask `required_files`, so "ready" means the files a load reads are there.
+
+A backend's folder is `$GEOPILOT_WEIGHTS_DIR/<backend>/` unless the tools config gives `weights:` (a folder, or the
+checkpoint file itself: then its folder holds the rest). Each need is one file, or one of a few names / a glob
+("exactly one *.pth or *.safetensors"). `KNOWN_FILES` lists the published files with their SHA-256 where known
+(docs/weights.md has the table with sources and licences).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+BERT_VOCAB = ("bert-base-uncased/vocab.txt", "bert-base-uncased/tokenizer.json")
+LAE_DINO_CHECKPOINT = "lae_dino_swint_lae1m-28ca3a15.pth"
+SEGEARTH_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+REMOTESAM_CHECKPOINT = "checkpoint.pth"
+SPA_GAN_CHECKPOINT = "gen_model_epoch_200.pth"  # upstream's file in pretrained_models/RICE1|RICE2/
+
+
+@dataclass(frozen=True)
+class Need:
+    """One file a backend reads: any of `names` (relative to its folder; `*` globs allowed), `exactly_one` match."""
+
+    what: str
+    names: tuple[str, ...]
+    exactly_one: bool = False
+    checkpoint: bool = False  # a `weights:` file stands for this need
+
+
+# SHA-256 of published files, where known (a file not listed is checked for presence only)
+KNOWN_FILES: dict[str, dict[str, str]] = {
+    "spa_gan": {
+        "RICE1/gen_model_epoch_200.pth": "1a9f87f50e4b439b64675d1612f06604a6bc61748f7d9fe6cf252ba371ec3f16",
+        "RICE2/gen_model_epoch_200.pth": "9706b2e29b331366b1b9b83288ac3d8568bc58efebe1b8dee66a696b99531744",
+    },
+}
+
+
+def required_files(backend: str, options) -> list[Need]:
+    """The files `backend` configured with `options` (its typed options model) loads."""
+    tokenizer = [] if _tokenizer_path(options) else [Need("BERT vocabulary", BERT_VOCAB)]
+    if backend == "lae_dino":
+        checkpoint = Need(f"checkpoint ({LAE_DINO_CHECKPOINT})", ("*.pth", "*.safetensors"), True, True)
+        return [checkpoint, *tokenizer]
+    if backend == "segearth_ov":
+        return [Need("open_clip CLIP ViT-B/16 state dict", SEGEARTH_CLIP_FILES, checkpoint=True)]
+    if backend == "denodet":
+        return [Need("checkpoint (one .pth or .safetensors)", ("*.pth", "*.safetensors"), True, True)]
+    if backend == "remotesam":
+        return [Need(f"checkpoint ({REMOTESAM_CHECKPOINT})", (REMOTESAM_CHECKPOINT,), checkpoint=True), *tokenizer]
+    if backend == "sam_road":
+        from geopilot.tools.sam_road_graph import PRESETS  # torch-free
+
+        name = PRESETS[options.preset].checkpoint
+        return [Need(f"checkpoint ({name}, preset {options.preset})", (name,), checkpoint=True)]
+    if backend == "spa_gan":
+        name = f"{options.variant}/{SPA_GAN_CHECKPOINT}"
+        return [Need(f"generator ({name})", (name,), checkpoint=True)]
+    raise KeyError(f"no file list for backend {backend!r}")
+
+
+def _tokenizer_path(options) -> str | None:
+    """`tokenizer_path` of the options or of their `model` section (a typed model or a dict)."""
+    for holder in (getattr(options, "model", None), options):
+        value = holder.get("tokenizer_path") if isinstance(holder, dict) else getattr(holder, "tokenizer_path", None)
+        if value:
+            return value
+    return None
+
+
+@dataclass
+class FileCheck:
+    need: Need
+    found: list[Path]
+    problem: str | None  # None: satisfied
+
+    def as_dict(self) -> dict:
+        return {
+            "what": self.need.what,
+            "expected": list(self.need.names),
+            "found": [str(p) for p in self.found],
+            "status": "present" if self.problem is None else self.problem.split(":")[0],
+            "problem": self.problem,
+        }
+
+
+def check_files(backend: str, options, folder: Path, given_file: Path | None = None, hashes: bool = False):
+    """One FileCheck per need of `backend` in `folder` (`given_file`: the configured checkpoint file). With
+    `hashes`, files listed in KNOWN_FILES are also compared with their published SHA-256."""
+    checks = []
+    for need in required_files(backend, options):
+        if need.checkpoint and given_file is not None:
+            found = [given_file] if given_file.is_file() else []
+        else:
+            found = sorted({p for name in need.names for p in folder.glob(name) if p.is_file()})
+        if not found:
+            problem = f"missing: put {' or '.join(need.names)} in {folder}"
+        elif need.exactly_one and len(found) > 1:
+            problem = f"ambiguous: {len(found)} files match in {folder} ({', '.join(p.name for p in found)}); keep one"
+        else:
+            problem = _hash_problem(backend, folder, found[0]) if hashes else None
+        checks.append(FileCheck(need, found, problem))
+    return checks
+
+
+def _hash_problem(backend: str, folder: Path, path: Path) -> str | None:
+    try:
+        relative = str(path.relative_to(folder))
+    except ValueError:
+        relative = path.name
+    expected = KNOWN_FILES.get(backend, {}).get(relative)
+    if expected is None:
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        return f"wrong hash: {path} has sha256 {digest.hexdigest()[:16]}..., the published file {expected[:16]}..."
+    return None
