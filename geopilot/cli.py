@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("geopilot.commands.inspect", "show what each sample trains on (token counts, labelled spans)"),
     "chat": ("geopilot.commands.chat", "ask a question about an image (plans, runs tools, answers)"),
     "tools": ("geopilot.tools.cli", "list the task-level tools, or run one on an image"),
+    "weights": (
+        "geopilot.commands.weights",
+        "check the specialist weights every configured tool needs (`weights check`)",
+    ),
     "mcp": ("geopilot.tools.mcp_server", "serve the tools over MCP (stdio or streamable HTTP)"),
     "synth": ("geopilot.data_gen.synth_cli", "write synthetic optical/SAR scenes with annotations in real formats"),
     "data": ("geopilot.data_gen.data_cli", "`data check`: read every source of a generation config, generate nothing"),
