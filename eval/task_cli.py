@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from geopilot.argtypes import add_tools_config_argument
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import iter_jsonl
 
@@ -27,7 +28,7 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="generation limit per turn")
     parser.add_argument("--device", default="auto", help="cuda, cpu or auto")
     parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the model's)")
-    parser.add_argument("--tools-config", default=None, help="tools YAML (default configs/tools.yaml)")
+    add_tools_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
 

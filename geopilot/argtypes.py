@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,6 +75,28 @@ def output_folder_problem(text: str) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{text!r}: no permission to write in {str(existing)!r}"
     return None
+
+
+class _DeprecatedName(argparse.Action):
+    """An old flag name that still works for one release, saying its new name once on stderr."""
+
+    def __init__(self, option_strings, dest, new_name: str, **kwargs):
+        self.new_name = new_name
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: warning: {option_string} is deprecated, use {self.new_name}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_tools_config_argument(parser: argparse.ArgumentParser, old_names: tuple[str, ...] = ()) -> None:
+    """`--tools-config FILE`, the one name of the tools YAML in every command; `old_names` stay as deprecated
+    aliases (`--tools`, `--config`) for one release."""
+    parser.add_argument("--tools-config", default=None, metavar="FILE", help="tools YAML (default: configs/tools.yaml)")
+    for name in old_names:
+        parser.add_argument(
+            name, dest="tools_config", action=_DeprecatedName, new_name="--tools-config", help=argparse.SUPPRESS
+        )
 
 
 def _number(text: str, kind: type, what: str):

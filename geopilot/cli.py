@@ -49,7 +49,24 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _DefaultsOnce(argparse.HelpFormatter):
+    """Each flag's help ends with its default, once: added unless the help already states one, and never for
+    flags without a value (switches) or without a default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS, False) or action.nargs == 0:
+            return text
+        if action.option_strings:
+            return f"{text} (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _DefaultsOnce)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # usage errors: one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
 

@@ -47,6 +47,8 @@ def key_matches(authorization: str | None, key: str) -> bool:
 def server_api_key(server: str, host: str, api_key: str | None) -> str | None:
     """The key every request must carry (`--api-key`, else $GEOPILOT_API_KEY, else none). Binding an address other
     machines can reach needs one: refused without it, and a one-line warning with it."""
+    if api_key is not None and not api_key.strip():  # `--api-key "$KEY"` with KEY unset: never "no key" silently
+        raise GeoPilotInputError("--api-key is empty (an unset variable?); give the key, or leave the flag out")
     key = api_key or os.environ.get(API_KEY_ENV) or None
     if not is_loopback(host):
         if key is None:

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from geopilot.argtypes import add_tools_config_argument
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import parse_json_object
@@ -24,7 +25,7 @@ from geopilot.fileio import parse_json_object
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=None, help="tools YAML (default: configs/tools.yaml)")
+    add_tools_config_argument(common, old_names=("--config",))
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--catalog", default=None, help="an indicator catalogue (YAML): its image-free tools instead")
     sub = parser.add_subparsers(dest="action", required=True, metavar="{list,run}")
@@ -56,7 +57,7 @@ def _list(args: argparse.Namespace) -> int:
                 {**schema, "modality": "none", "backend": "indicators", "status": "ready", "status_detail": None}
             )
     else:
-        config = load_tools_config(args.config, args.overrides)
+        config = load_tools_config(args.tools_config, args.overrides)
         for schema in build_registry(config=config).schemas():
             binding = config.tools[schema["name"]]
             status, detail = binding_status(binding)
@@ -96,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         if not args.image:
             raise GeoPilotInputError("--image is required (or --catalog for the indicator tools)")
-        config = load_tools_config(args.config, args.overrides)
+        config = load_tools_config(args.tools_config, args.overrides)
         if args.out:
             config.artifacts_dir = str(Path(args.out).resolve())
         registry = build_registry(config=config)

@@ -28,7 +28,7 @@ import anyio
 import mcp.types as types
 from mcp.server.lowlevel import Server
 
-from geopilot.argtypes import port
+from geopilot.argtypes import add_tools_config_argument, port
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
@@ -100,7 +100,6 @@ def build_server(registry: ToolRegistry, max_pixels: int, access: ImageAccessPol
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="how clients connect")
     parser.add_argument("--host", default="127.0.0.1", help="http only: address to bind (not loopback: needs a key)")
     parser.add_argument("--port", type=port, default=8765, help="http only")
@@ -109,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"http only: the bearer token every request must carry (default: env {API_KEY_ENV}; none on loopback)",
     )
-    parser.add_argument("--config", default=None, help="tools YAML (default: configs/tools.yaml)")
+    add_tools_config_argument(parser, old_names=("--config",))
     parser.add_argument("--catalog", default=None, help="serve the indicator tools of this catalogue (YAML) instead")
     add_override_arguments(parser, "device=cpu max_pixels=50000000 'image_roots=[/data/scenes]'")
 
@@ -132,7 +131,7 @@ def transport_security(host: str):
 def run(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import build_registry, load_tools_config
 
-    config = load_tools_config(args.config, args.overrides)
+    config = load_tools_config(args.tools_config, args.overrides)
     key = server_api_key("mcp", args.host, args.api_key) if args.transport == "http" else None
     access = ImageAccessPolicy.from_roots(config.image_roots)
     if args.catalog:

@@ -1,4 +1,4 @@
-"""`geopilot chat --model DIR --image PATH "question" [--json] [--save-vis out.png] [--tools configs/tools.yaml]`.
+"""`geopilot chat --model DIR --image PATH "question" [--json] [--save-vis out.png] [--tools-config configs/tools.yaml]`.
 
 Prints the plan (reasoning, tool calls), a short summary of each tool output, the answer and the timings;
 `--json` prints the whole ChatResult instead; `--save-vis` draws the tool outputs on the image.
@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from geopilot.argtypes import add_tools_config_argument
+
 SUMMARY_CHARS = 160
 
 
@@ -17,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", help="what to ask about the image")
     parser.add_argument("--model", required=True, help="model directory (from `geopilot init-model` or training)")
     parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
-    parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
+    add_tools_config_argument(parser, old_names=("--tools",))
     parser.add_argument(
         "--modality",
         choices=["optical", "sar"],
@@ -95,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
         raise GeoPilotInputError(f"--tool-timeout must be a number of seconds > 0, got {args.tool_timeout:g}")
     image = load_image(args.image)
     pilot = GeoPilot.from_pretrained(
-        args.model, device=args.device, dtype=args.dtype, tools_config=args.tools, tool_timeout_s=args.tool_timeout
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        tools_config=args.tools_config,
+        tool_timeout_s=args.tool_timeout,
     )
     result = pilot.chat(
         image,

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from geopilot.argtypes import finite_float, port
+from geopilot.argtypes import add_tools_config_argument, finite_float, port
 from geopilot.errors import GeoPilotInputError
 from geopilot.network import API_KEY_ENV, is_loopback, server_api_key
 
@@ -26,11 +26,11 @@ MIB = 2**20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (llava-hf layout, e.g. a training export)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    parser.add_argument("--port", type=port, default=8000)
+    parser.add_argument("--port", type=port, default=8000, help="port to bind")
     parser.add_argument(
         "--api-key", default=None, help="required on every route but /health (default: env GEOPILOT_API_KEY)"
     )
-    parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
+    add_tools_config_argument(parser, old_names=("--tools",))
     parser.add_argument("--max-batch", type=int, default=8, help="requests per batched chat (1: no batching)")
     parser.add_argument(
         "--batch-wait-ms",
@@ -63,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds per request")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="model dtype (default: as saved)"
+    )
 
 
 def build_config(args: argparse.Namespace):
@@ -105,7 +107,7 @@ def build_pilot(args: argparse.Namespace, config):
         return GeoPilot.from_endpoint(
             args.engine_url,
             args.model,
-            tools_config=args.tools,
+            tools_config=args.tools_config,
             tool_timeout_s=config.tool_timeout_s,
             max_pixels=config.max_image_pixels,
         )
@@ -115,9 +117,24 @@ def build_pilot(args: argparse.Namespace, config):
         args.model,
         device=args.device,
         dtype=args.dtype,
-        tools_config=args.tools,
+        tools_config=args.tools_config,
         tool_timeout_s=config.tool_timeout_s,
         max_pixels=config.max_image_pixels,
+    )
+
+
+def startup_line(args: argparse.Namespace, config, tools) -> str:
+    """What is being served, where, behind which key, with which tools and whether their weights are there."""
+    from geopilot.tools.registry import binding_status
+
+    ready = [name for name, binding in tools.tools.items() if binding_status(binding)[0] == "ready"]
+    missing = [name for name in tools.tools if name not in ready]
+    key = "API key required" if config.api_key else "no API key (loopback only)"
+    engine = f", turns on {args.engine_url}" if args.engine_url else ""
+    return (
+        f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} ({key}{engine}; demo: /demo); "
+        f"tools ready: {', '.join(ready) or 'none'}"
+        + (f"; weights missing: {', '.join(missing)} (geopilot weights check)" if missing else "")
     )
 
 
@@ -125,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import load_tools_config
 
     config = build_config(args)
-    load_tools_config(args.tools)  # a missing or bad tools YAML is this command's error, not every client's 400
+    tools = load_tools_config(
+        args.tools_config
+    )  # a missing or bad tools YAML is this command's error, not every client's 400
     pilot = build_pilot(args, config)
     if args.controller:
         from geopilot.serving.worker import serve_worker
@@ -142,10 +161,6 @@ def run(args: argparse.Namespace) -> int:
 
     from geopilot.serving.api import create_app
 
-    print(
-        f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} (demo: /demo)",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(startup_line(args, config, tools), file=sys.stderr, flush=True)
     uvicorn.run(create_app(pilot, config), host=args.host, port=args.port, log_level="warning")
     return 0

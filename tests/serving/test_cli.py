@@ -22,7 +22,7 @@ def test_help_lists_the_issue_flags(capsys):
         "--host",
         "--port",
         "--api-key",
-        "--tools",
+        "--tools-config",
         "--max-batch",
         "--batch-wait-ms",
         "--controller",
@@ -40,7 +40,7 @@ def test_help_lists_the_issue_flags(capsys):
         (["--model", "m", "--max-body-mb", "nan"], "--max-body-mb: 'nan' is not a finite number"),
         (["--model", "m", "--request-timeout", "inf"], "--request-timeout: 'inf' is not a finite number"),
         (["--model", "m", "--port", "99999"], "--port: port 99999 is outside 0..65535"),
-        (["--model", "m", "--tools", "/nonexistent.yaml"], "/nonexistent.yaml"),
+        (["--model", "m", "--tools-config", "/nonexistent.yaml"], "/nonexistent.yaml"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys, monkeypatch):

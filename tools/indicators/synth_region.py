@@ -401,7 +401,7 @@ def _raster_box():
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for rasters/, areas/, catalog.yaml and truth.json")
-    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--seed", type=int, default=SEED, help="seed of the synthetic region")
 
 
 def run(args: argparse.Namespace) -> int:
