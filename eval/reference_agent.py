@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from geopilot.errors import GeoPilotInputError
 from geopilot.eval.agents import execute
 from geopilot.eval.cases import Case
 from geopilot.eval.scorer import AgentRun
@@ -72,6 +73,11 @@ class ReferenceAgent:
         self.config = {"agent": self.name}
 
     def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+        if case.expected_tools and not case.reference_calls:  # replaying nothing would score as a wrong agent
+            raise GeoPilotInputError(
+                f"case {case.id!r} expects {', '.join(case.expected_tools)} but has no `reference_calls`, the key the "
+                "reference agent replays; this case set (the shipped planning_v1 has none) is for scoring a model"
+            )
         started = time.perf_counter()
         loaded = load_image(image) if image is not None else None
         calls = [Call(tool=c.tool, params=dict(c.params)) for c in case.reference_calls]

@@ -463,3 +463,12 @@ def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir):
     assert run.parse_error and run.raw == "not a plan"  # the repaired first turn is kept
     result = score(case, run)
     assert result.passed and result.opa
+
+
+def test_the_reference_agent_refuses_a_case_set_without_reference_calls(tmp_path, capsys):
+    """The shipped planning_v1 carries no reference_calls: replaying nothing must not score as a 20 % agent."""
+    from geopilot.cli import main
+
+    assert main(["eval", "planning", "--agent", "reference", "--out", str(tmp_path / "run"), "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "has no `reference_calls`" in err and len(err.strip().splitlines()) == 1
