@@ -20,6 +20,15 @@ CONFIGS = ROOT / "configs"
 FILES = sorted(p.relative_to(CONFIGS).as_posix() for p in CONFIGS.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
 
 
+def load_ablate_alpha(path: Path):
+    from geopilot.config import load_config
+    from geopilot.eval.ablate_alpha import AblateAlphaConfig
+
+    cfg = load_config(AblateAlphaConfig, path)
+    assert (ROOT / cfg.stage2_config).is_file(), cfg.stage2_config  # the stage-2 YAML it names is shipped
+    return cfg
+
+
 def load_training(path: Path):
     from geopilot.training.config import load_train_config
 
@@ -74,12 +83,21 @@ def loader_for(relative: str):
         return load_data_gen
     if name.startswith("stage"):
         return load_training
+    if name == "ablate_alpha.yaml":
+        return load_ablate_alpha
     raise AssertionError(f"configs/{relative} has no typed config in tests/core/test_configs.py")
 
 
 def test_the_catalogue_covers_every_kind():
     kinds = {loader_for(f).__name__ for f in FILES}
-    assert kinds == {"load_tools", "load_deepspeed", "load_model", "load_data_gen", "load_training"}
+    assert kinds == {
+        "load_tools",
+        "load_deepspeed",
+        "load_model",
+        "load_data_gen",
+        "load_training",
+        "load_ablate_alpha",
+    }
 
 
 @pytest.mark.parametrize("relative", FILES)
