@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +23,7 @@ def resolve_device(name: str = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise GeoPilotInputError(f"unknown device {name!r} (use auto, cpu, cuda, cuda:N or mps): {first}") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():

@@ -57,6 +57,12 @@ class WeightsError(GeoPilotInputError):
     """Weights that are missing, unsafe (pickled code) or do not match the architecture."""
 
 
+def first_line(err: BaseException, empty: str | None = None) -> str:
+    """The first line of an exception's message (libraries raise pages), or `empty` / its type name when blank."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else (empty or type(err).__name__)
+
+
 def validation_problems(
     err: ValidationError, unknown_key: str = UNKNOWN_KEY, under: str = "", union_tags: Collection[str] = ()
 ) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from typing import Literal
 from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.config import StrictConfig
 from geopilot.device import resolve_device
-from geopilot.errors import ConfigError, WeightsError
+from geopilot.errors import ConfigError, WeightsError, first_line
 from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, prepare_tokenizer, tiny_tokenizer
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
@@ -251,7 +251,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None):
     try:
         model = LlavaForConditionalGeneration.from_pretrained(path, use_safetensors=True, **kwargs)
     except Exception as err:  # noqa: BLE001 - truncated/corrupt safetensors, missing shards: all mean a bad model dir
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise WeightsError(f"{path}: the model weights cannot be read ({type(err).__name__}: {first})") from None
     model = model.to(target).eval()
     processor = AutoProcessor.from_pretrained(path)

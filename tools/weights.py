@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from geopilot.errors import GeoPilotInputError, WeightsError
+from geopilot.errors import GeoPilotInputError, WeightsError, first_line
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the tool registry builds without it
     import torch
@@ -73,19 +73,17 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             return load_file(str(path), device="cpu")
         except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise WeightsError(f"{path}: not a readable safetensors file: {first_line}") from None
+            raise WeightsError(f"{path}: not a readable safetensors file: {first_line(err)}") from None
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise WeightsError(
             f"{path}: refused: the checkpoint holds pickled objects beyond tensors (possibly code); "
-            f"only weights are loaded ({first_line})"
+            f"only weights are loaded ({first_line(err)})"
         ) from None
     except Exception as err:  # noqa: BLE001 - on garbage torch raises KeyError, ValueError, RuntimeError, EOFError, ...
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else "empty or truncated"
-        raise WeightsError(f"{path}: not a readable checkpoint ({type(err).__name__}: {first_line})") from None
+        reason = first_line(err, empty="empty or truncated")
+        raise WeightsError(f"{path}: not a readable checkpoint ({type(err).__name__}: {reason})") from None
     while isinstance(data, Mapping):
         inner = next((data[k] for k in CONTAINER_KEYS if isinstance(data.get(k), Mapping)), None)
         if inner is None:

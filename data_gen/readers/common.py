@@ -18,7 +18,7 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from PIL import Image
 
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, first_line
 from geopilot.records import AnnotationRecord, ObjectAnnotation, ReadReport
 from geopilot.vocabulary import canonical_class
 
@@ -101,7 +101,7 @@ def load_json(path: Path, dataset: str, what: str = "") -> Any:
     try:
         return parse_json(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        reason = first_line(err)[:200]
         raise DatasetRootError(f"{dataset}: cannot read {what + ' ' if what else ''}{path}: {reason}") from None
 
 
