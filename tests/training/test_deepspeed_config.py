@@ -108,3 +108,22 @@ def test_hidden_size_comes_from_the_config_files(tmp_path):
     assert text_hidden_size(ModelConfig(init="tiny")) == ModelConfig().tiny.text_hidden
     LlamaConfig(hidden_size=96, num_attention_heads=4).save_pretrained(tmp_path)
     assert text_hidden_size(ModelConfig(init="clip_vicuna", vision_path=str(tmp_path), llm_path=str(tmp_path))) == 96
+
+
+def test_the_pinned_top_level_names_cover_what_the_installed_deepspeed_reads():
+    """DeepSpeed checks no top-level names itself; ours are pinned. Read the installed DeepSpeed's names the way its
+    config reader spells them (constants + `param_dict[...]` / `param_dict.get(...)` in runtime/config.py): a new
+    one fails here, so the pin is updated with the DeepSpeed version, never silently stale."""
+    import inspect
+    import re
+
+    from deepspeed.runtime import config as ds_config
+    from deepspeed.runtime import constants
+
+    from geopilot.training.deepspeed_config import TOP_LEVEL_KEYS
+
+    read = {
+        v for k, v in vars(constants).items() if k.isupper() and isinstance(v, str) and re.fullmatch(r"[a-z0-9_]+", v)
+    }
+    read |= set(re.findall(r"param_dict(?:\.get\(|\[)\s*[\"']([a-z0-9_]+)[\"']", inspect.getsource(ds_config)))
+    assert read <= TOP_LEVEL_KEYS, sorted(read - TOP_LEVEL_KEYS)
