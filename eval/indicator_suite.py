@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from geopilot.eval.cases import Case, GroundTruth, HistoryTurn, ParamCheck, ReferenceCall
+
 LAND = "land_cover"
 CO2 = "co2_suitability"
 EROSION = "erosion_probability"
@@ -46,12 +48,12 @@ DISPLAY_ONLY = [
 ]
 
 
-def _call(tool: str, **params: Any) -> dict:
-    return {"tool": tool, "params": params}
+def _call(tool: str, **params: Any) -> ReferenceCall:
+    return ReferenceCall(tool=tool, params=params)
 
 
-def _check(tool: str, field: str, op: str, value: Any = None) -> dict:
-    return {"tool": tool, "field": field, "op": op, "value": value}
+def _check(tool: str, field: str, op: str, value: Any = None) -> ParamCheck:
+    return ParamCheck(tool=tool, field=field, op=op, value=value)
 
 
 def _case(
@@ -69,35 +71,32 @@ def _case(
     rounds=None,
     tool_errors=False,
 ):
-    tools = []
-    for call in calls:
-        if call["tool"] not in tools:
-            tools.append(call["tool"])
-    return {
-        "id": cid,
-        "query": query,
-        "image": None,
-        "modality": None,
-        "category": category,
-        "difficulty": difficulty,
-        "expected_tools": tools,
-        "param_checks": list(checks),
-        "must_contain": list(contain),
-        "must_not_contain": list(forbid),
-        "ground_truth": [{"label": lbl, "value": round(v, 4), "tolerance": round(tol, 3)} for lbl, v, tol in truth],
-        "max_rounds": rounds if rounds is not None else max(len(calls), 1) + 1,
-        "history": list(history),
-        "reference_calls": list(calls),
-        "expect_tool_errors": tool_errors,
-    }
+    """A validated Case (a wrong field fails here, when the suite is built, not when it is scored)."""
+    return Case(
+        id=cid,
+        query=query,
+        image=None,
+        modality=None,
+        category=category,
+        difficulty=difficulty,
+        expected_tools=list(dict.fromkeys(call.tool for call in calls)),
+        param_checks=list(checks),
+        must_contain=list(contain),
+        must_not_contain=list(forbid),
+        ground_truth=[GroundTruth(label=lbl, value=round(v, 4), tolerance=round(tol, 3)) for lbl, v, tol in truth],
+        max_rounds=rounds if rounds is not None else max(len(calls), 1) + 1,
+        history=[HistoryTurn.model_validate(turn) for turn in history],
+        reference_calls=list(calls),
+        expect_tool_errors=tool_errors,
+    )
 
 
-def build_cases(truth: dict) -> list[dict]:
+def build_cases(truth: dict) -> list[Case]:
     m = truth["municipality"]
     p = truth["province"]
     names = list(m)
     provinces = list(p)
-    cases: list[dict] = []
+    cases: list[Case] = []
     add = cases.append
 
     # tool selection: one class share of one municipality (two layers)
@@ -492,7 +491,7 @@ def write_suite(region: Path, out: Path) -> int:
     truth = json.loads((region / "truth.json").read_text(encoding="utf-8"))
     cases = build_cases(truth)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
+    out.write_text("".join(c.model_dump_json() + "\n" for c in cases), encoding="utf-8")
     return len(cases)
 
 
