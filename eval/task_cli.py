@@ -1,7 +1,7 @@
 """`geopilot eval <task>` for the benchmark tasks, `geopilot eval captions` and `geopilot eval tools-e2e`.
 
-`COMMAND[<name>]` holds each subcommand's `add_arguments(parser)` and `run(args)`; `eval/cli.py`'s table names the
-one-line modules in `geopilot.eval.task_commands` that bind them.
+`task_command(task)` makes the command of a benchmark task (`geopilot.eval.tasks.TASKS`); `CAPTIONS` and
+`TOOLS_E2E` are the two others. `eval/cli.py`'s table lists them all.
 
     geopilot eval rsvqa-lr --model runs/s2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
     geopilot eval captions --pred preds.jsonl --ref refs.jsonl --json
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from geopilot.argtypes import add_tools_config_argument
+from geopilot.cli import Command
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import iter_jsonl
 
@@ -45,11 +44,12 @@ def _print(metrics: dict, args: argparse.Namespace, out: Path) -> None:
     print(json.dumps(metrics, sort_keys=True) if args.json else f"wrote {out / 'report.md'} and {out / 'metrics.json'}")
 
 
-def _task_command(name: str) -> tuple[Callable, Callable]:
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        from geopilot.eval.tasks import TASKS
+def task_command(task) -> Command:
+    """The `geopilot eval <task>` command of a `Task`: --data, the model options; run_task, then its metrics."""
+    name = task.name
 
-        parser.add_argument("--data", required=True, help=TASKS[name].data_help)
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--data", required=True, help=task.data_help)
         _model_arguments(parser)
         if name == "sar-caption":
             parser.add_argument("--tokenize", choices=["raw", "ptb"], default="raw", help="caption tokenisation")
@@ -70,7 +70,7 @@ def _task_command(name: str) -> tuple[Callable, Callable]:
         _print(metrics, args, Path(args.out))
         return 0
 
-    return add_arguments, run
+    return Command(task.summary, add_arguments, run)
 
 
 def _read_jsonl(path: str, what: str) -> list[dict]:
@@ -158,24 +158,5 @@ def _e2e_run(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class SubCommand:
-    summary: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-
-
-def _task(name: str, summary: str) -> SubCommand:
-    add, run = _task_command(name)
-    return SubCommand(summary, add, run)
-
-
-COMMAND: dict[str, SubCommand] = {
-    "rsvqa-lr": _task("rsvqa-lr", "RSVQA-LRBEN accuracy (presence, comp, rural_urban; count reported apart)"),
-    "rsvqa-hr": _task("rsvqa-hr", "RSVQA-HRBEN accuracy (presence, comp)"),
-    "referring": _task("referring", "GeoChat referring detection Acc@0.5 (small/medium/large, single/multiple)"),
-    "sar-vqa": _task("sar-vqa", "SAR VQA accuracy (OI, IC, OC, OP)"),
-    "sar-caption": _task("sar-caption", "SARLANG-1M-Cap captioning (BLEU-1..4, ROUGE-L, CIDEr)"),
-    "captions": SubCommand("caption metrics of prediction files (no model)", _captions_arguments, _captions_run),
-    "tools-e2e": SubCommand("end-to-end tool tasks: GeoPilot vs the standalone tool", _e2e_arguments, _e2e_run),
-}
+CAPTIONS = Command("caption metrics of --pred/--ref JSONL files (no model)", _captions_arguments, _captions_run)
+TOOLS_E2E = Command("end-to-end tool tasks: GeoPilot vs the standalone tool", _e2e_arguments, _e2e_run)

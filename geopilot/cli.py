@@ -1,7 +1,8 @@
-"""The `geopilot` console script: one explicit table of subcommands.
+"""The `geopilot` console script: one dispatcher over explicit tables of subcommands, at every level.
 
-Each subcommand module defines `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported,
-so `geopilot --help` stays fast. Exit codes: 0 success, 2 bad input or usage (one line, no traceback), 1 otherwise.
+A table maps a name to a module (`add_arguments(parser)` and `run(args) -> int`), a `Command` (the same two
+callables, for commands generated from a table) or a `Group` (a module whose `COMMANDS` is the next level, e.g.
+`geopilot eval`). Only the chosen modules are imported, so `geopilot --help` stays fast. Exit codes: 0 success, 2 bad input or usage (one line, no traceback), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -9,11 +10,45 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from geopilot.errors import GeoPilotInputError
 
-# name -> (module, one-line summary). Keep in the order users meet them.
-COMMANDS: dict[str, tuple[str, str]] = {
+
+@dataclass(frozen=True)
+class Command:
+    """A command given by its callables (commands generated from a table, e.g. the eval tasks)."""
+
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Group:
+    """A level of subcommands: `table` is a module path whose `COMMANDS` is the next level's table (imported only
+    when the group is chosen)."""
+
+    table: str
+    summary: str
+
+
+Entry = tuple[str, str] | Command | Group
+
+
+def _summary(entry: Entry) -> str:
+    return entry[1] if isinstance(entry, tuple) else entry.summary
+
+
+def _help(prog: str, description: str, table: dict[str, Entry]) -> str:
+    lines = [f"usage: {prog} <command> [options]", "", description, "", "commands:"]
+    lines += [f"  {name:<16} {_summary(entry)}" for name, entry in table.items()]
+    return "\n".join(lines)
+
+
+# name -> (module, one-line summary) | Group. Keep in the order users meet them.
+COMMANDS: dict[str, tuple[str, str] | Group] = {
     "init-model": ("geopilot.commands.init_model", "build a LLaVA-1.5 model + processor in llava-hf layout"),
     "inspect": ("geopilot.commands.inspect", "show what each sample trains on (token counts, labelled spans)"),
     "chat": ("geopilot.commands.chat", "ask a question about an image (plans, runs tools, answers)"),
@@ -28,7 +63,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("geopilot.data_gen.generate_cli", "generate tool-trace training data from dataset annotations"),
     "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
     "indicators": ("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
-    "eval": ("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), leaderboards; `geopilot eval --help`"),
+    "eval": Group("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), tasks, leaderboards"),
     "ablate-alpha": (
         "geopilot.eval.ablate_alpha",
         "train stage 2 for each optical replay alpha; SAR + optical VQA table",
@@ -36,17 +71,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("geopilot.commands.demo", "the whole recipe on this CPU: data, two training stages, evaluation, report"),
     "serve": ("geopilot.serving.cli", "serve the OpenAI-compatible API + web demo, or a FastChat worker"),
 }
-
-
-def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="geopilot",
-        description="GeoPilot: a tool-augmented remote-sensing assistant.",
-        epilog="commands:\n" + "\n".join(f"  {name:<12} {summary}" for name, (_, summary) in COMMANDS.items()),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of: " + ", ".join(COMMANDS))
-    return parser
 
 
 class _DefaultsOnce(argparse.HelpFormatter):
@@ -71,32 +95,48 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def walk(table: dict[str, Entry] | None = None, prog: str = "geopilot") -> Iterator[tuple[str, Entry, object]]:
+    """(prog, entry, its add_arguments/run holder) for every runnable command, groups opened (tests list them)."""
+    for name, entry in (COMMANDS if table is None else table).items():
+        if isinstance(entry, Group):
+            yield from walk(importlib.import_module(entry.table).COMMANDS, f"{prog} {name}")
+        else:
+            yield f"{prog} {name}", entry, entry if isinstance(entry, Command) else importlib.import_module(entry[0])
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Resolve the words of `argv` through the tables (COMMANDS, then a group's), parse the rest for the chosen
+    command (`key=value` overrides anywhere on the line), run it."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        _top_parser().print_help()
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"geopilot: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
-        return 2
+    prog, description, table = "geopilot", "GeoPilot: a tool-augmented remote-sensing assistant.", COMMANDS
+    while True:
+        if not argv or argv[0] in ("-h", "--help"):
+            print(_help(prog, description, table))
+            return 0 if argv else 2
+        name, argv = argv[0], argv[1:]
+        if name not in table:
+            print(f"{prog}: error: unknown command {name!r} (choose from {', '.join(table)})", file=sys.stderr)
+            return 2
+        entry, prog = table[name], f"{prog} {name}"
+        if not isinstance(entry, Group):
+            break
+        description, table = entry.summary, importlib.import_module(entry.table).COMMANDS
     from geopilot.config import parse_command_line  # key=value overrides anywhere on the line
 
-    module_name, summary = COMMANDS[name]
-    module = importlib.import_module(module_name)
-    parser = _Parser(prog=f"geopilot {name}", description=summary)
-    module.add_arguments(parser)
+    command = entry if isinstance(entry, Command) else importlib.import_module(entry[0])
+    parser = _Parser(prog=prog, description=_summary(entry))
+    command.add_arguments(parser)
     try:
-        args = parse_command_line(parser, rest)
+        args = parse_command_line(parser, argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        return int(module.run(args) or 0)
+        return int(command.run(args) or 0)
     except GeoPilotInputError as err:
-        print(f"geopilot {name}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"geopilot {name}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 1
 
 

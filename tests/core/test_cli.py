@@ -22,11 +22,20 @@ def test_every_command_has_help(capsys):
 
 
 def test_every_registered_command_module_imports():
-    import importlib
+    from geopilot.cli import walk
 
-    for name, (module, _) in COMMANDS.items():
-        mod = importlib.import_module(module)
-        assert callable(mod.add_arguments) and callable(mod.run), name
+    commands = list(walk())
+    assert len(commands) >= len(COMMANDS) + 10  # the eval group opened: planning, the tasks, captions, ...
+    for prog, _, holder in commands:
+        assert callable(holder.add_arguments) and callable(holder.run), prog
+
+
+def test_eval_commands_take_key_value_overrides_like_every_command(capsys):
+    """One dispatcher: `geopilot eval` goes through the same parse as the top level."""
+    assert main(["eval", "rsvqa-lr", "--help"]) == 0
+    assert "--data" in capsys.readouterr().out
+    assert main(["eval", "nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
 
 
 def test_unknown_command_and_bad_usage_exit_2(capsys):

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 
 import pytest
 
-from geopilot.cli import COMMANDS, _Parser, main
+from geopilot.cli import _Parser, main, walk
 
 
 def _options(parser: argparse.ArgumentParser, where: str):
@@ -20,11 +19,14 @@ def _options(parser: argparse.ArgumentParser, where: str):
             yield where, action, parser
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_flag_has_help_and_one_default(command):
-    parser = _Parser(prog=f"geopilot {command}")
-    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
-    for where, action, owner in _options(parser, command):
+COMMANDS = [(prog, holder) for prog, _, holder in walk()]
+
+
+@pytest.mark.parametrize(("prog", "holder"), COMMANDS, ids=[prog for prog, _ in COMMANDS])
+def test_every_flag_has_help_and_one_default(prog, holder):
+    parser = _Parser(prog=prog)
+    holder.add_arguments(parser)
+    for where, action, owner in _options(parser, prog):
         assert action.help, f"{where} {action.option_strings}: no help text"
         shown = owner.formatter_class("x")._get_help_string(action)
         assert shown.count("default:") <= 1, (where, shown)
