@@ -120,6 +120,9 @@ class DenoDetOptions(StrictConfig):
     max_per_img: int = Field(100, ge=1)
     precision: precision_setting("denodet") = "fp32"  # upstream's; fp16 refused: geopilot.tools.precision
     architecture: Literal["resnet50", "tiny"] = "resnet50"  # "tiny" only makes sense for tests of the loading path
+    # The checkpoint's label order: mmdet numbers classes in its training annotation JSON's category order. A COCO
+    # JSON of SARDet-100K (train.json) gives that order; None = METAINFO's (ship, aircraft, car, tank, bridge, harbor)
+    annotation_file: str | None = None
 
 
 class SarDetectorOptions(DetectorOptions):
