@@ -120,6 +120,9 @@ class DenoDetOptions(StrictConfig):
     max_per_img: int = Field(100, ge=1)
     precision: precision_setting("denodet") = "fp32"  # upstream's; fp16 refused: geopilot.tools.precision
     architecture: Literal["resnet50", "tiny"] = "resnet50"  # "tiny" only makes sense for tests of the loading path
+    # The checkpoint's label order: mmdet numbers classes in its training annotation JSON's category order. A COCO
+    # JSON of SARDet-100K (train.json) gives that order; None = METAINFO's (ship, aircraft, car, tank, bridge, harbor)
+    annotation_file: str | None = None
 
 
 class SarDetectorOptions(DetectorOptions):
@@ -151,6 +154,9 @@ class RemoteSamOptions(StrictConfig):
     tokenizer_path: str | None = None  # folder with vocab.txt; default <weights folder>/bert-base-uncased
     precision: precision_setting("remotesam") = "fp32"  # upstream's; fp16 (CUDA) allowed: geopilot.tools.precision
     architecture: Literal["swin-b", "tiny"] = "swin-b"  # "tiny" only makes sense for tests of the loading path
+    use_epoc: bool = True  # upstream's detection/counting refine masks with DirectSAM contours (README use_EPOC=True)
+    epoc_path: str | None = None  # DirectSAM folder; default <weights folder>/DirectSAM-EntitySeg-1024px-0501
+    epoc_threshold: float = Field(0.25, gt=0.0, lt=1.0)  # contour cut-off: upstream DET 0.25 (its CNT eval: 0.15)
 
     @model_validator(mode="after")
     def _overlap_below_tile(self) -> RemoteSamOptions:
@@ -255,6 +261,8 @@ class MaskSegments(Protocol):  # RemoteSAM: every output is derived from one ref
         self, image: Image.Image, categories: list[str], score_threshold: float | None
     ) -> list[Detection]: ...
     def segment_semantic(self, image: Image.Image, classes: list[str]) -> list[SegmentClass]: ...
+    @property
+    def instance_note(self) -> str | None: ...  # why instances are not EPOC-refined, None when they are
 
 
 class MaskSegmenterAdapter:
@@ -271,7 +279,8 @@ class MaskSegmenterAdapter:
                 return ToolOutput(message=f"nothing in the image matches {params.expression!r}")
             return ToolOutput(detections=found)
         if tool == "segment_instances":
-            return ToolOutput(detections=s.segment_instances(pil, list(params.categories), params.score_threshold))
+            found = s.segment_instances(pil, list(params.categories), params.score_threshold)
+            return ToolOutput(detections=found, message=s.instance_note)
         if tool == "segment_semantic":
             return ToolOutput(segments=s.segment_semantic(pil, list(params.classes)))
         raise _unsupported(self, tool)

@@ -13,11 +13,15 @@ Upstream: GrokCV/GrokSAR `configs/DenoDet/DenoDet_1x_SARDet_100k.py` with `groks
   weights the floor branch by the fractional part;
 - head: `GFLHead`, 4 GN(32) conv pairs, 6 sigmoid classes (quality focal), 4 x 17-bin distributions (distribution
   focal, reg_max 16) with a learnable scale per level; one prior per location at (x*stride, y*stride).
-Inference (`test_cfg`): input resized to input_size x input_size (keep_ratio False), mean 36.50 / std 52.12 on the
-three channels in the order cv2 reads them (BGR), per level the top `nms_pre` (location, class) pairs above
+Inference (`test_cfg`): input resized to input_size x input_size (keep_ratio False) on the 8-bit image exactly as
+mmcv's cv2 bilinear resize does (`geopilot.tools.cv2_resize`: rounded to uint8 before normalisation), mean 36.50 /
+std 52.12 on the three channels in the order cv2 reads them (BGR), per level the top `nms_pre` (location, class) pairs above
 `score_thr`, integral box decoding clamped to the input, class-aware NMS (IoU 0.6), at most `max_per_img`. Large
-scenes are tiled by the adapter (`tile_size: 512` in configs/tools.yaml). Labels are SARDet-100K's six classes in
-its order, as canonical names from `geopilot.vocabulary`.
+scenes are tiled by the adapter (`tile_size: 512` in configs/tools.yaml). Labels are SARDet-100K's six classes as
+canonical names from `geopilot.vocabulary`, numbered as mmdet numbered them in training: `SAR_Det.py` L36-40 maps
+`coco.get_cat_ids(cat_names=METAINFO classes)` -> 0..5, and pycocotools returns those ids in the annotation JSON's
+`categories` order, not METAINFO's. The JSON is not in any published repository (only the dataset downloads), so
+METAINFO's order is the default and `annotation_file` (a SARDet-100K COCO JSON) replaces it with the JSON's.
 
     detector = DenoDet.from_weights("/w/denodet/denodet_sardet100k.pth")
     detections = detector.detect(pil_image, ["ship", "airplane"])   # normalised boxes
@@ -42,6 +46,7 @@ from geopilot.tool_output import Detection
 from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import DenoDetOptions
 from geopilot.tools.canonical import pixel_box
+from geopilot.tools.cv2_resize import resize_bilinear_uint8
 from geopilot.tools.keymap import KeyRenames
 from geopilot.tools.precision import PRECISIONS
 from geopilot.vocabulary import canonical_class, dataset_classes
@@ -53,9 +58,34 @@ STRIDES = (8, 16, 32, 64, 128)
 REG_MAX = 16
 
 
-def sardet_classes() -> list[str]:
-    """SARDet-100K's classes in its label order (ship, aircraft, car, tank, bridge, harbor) as canonical names."""
-    return dataset_classes("SARDet-100K")
+METAINFO_CLASSES = ("ship", "aircraft", "car", "tank", "bridge", "harbor")  # groksar/datasets/SAR_Det.py L17
+
+
+def sardet_classes(annotation_file: str | Path | None = None) -> list[str]:
+    """SARDet-100K's classes as canonical names, in the label order of a model trained on them: METAINFO's order
+    (ship, aircraft, car, tank, bridge, harbor), or, given its COCO annotation JSON, mmdet's order for that file."""
+    if annotation_file is None:
+        return dataset_classes("SARDet-100K")
+    return [canonical_class(name, "SARDet-100K") for name in mmdet_label_order(annotation_file, METAINFO_CLASSES)]
+
+
+def mmdet_label_order(annotation_file: str | Path, classes: tuple[str, ...]) -> list[str]:
+    """Label i of an mmdet CocoDataset-style model: the i-th entry of the JSON's `categories` whose name is one of
+    `classes` (pycocotools `getCatIds(catNms=...)` keeps the file's order, SAR_Det.py L38-40 numbers them)."""
+    import json
+
+    path = Path(annotation_file)
+    try:
+        categories = json.loads(path.read_text(encoding="utf-8"))["categories"]
+        names = [c["name"] for c in categories]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise WeightsError(f"annotation_file {path}: not a COCO annotation file with categories ({err})") from None
+    order = [n for n in names if n in classes]
+    if sorted(order) != sorted(classes):
+        raise WeightsError(
+            f"annotation_file {path}: its categories {names} do not name each of {', '.join(classes)} exactly once"
+        )
+    return order
 
 
 @dataclass(frozen=True)
@@ -343,7 +373,7 @@ class DenoDet:
             )
         self.model, self.options, self.device = model, options, device
         self.dtype = next(model.parameters()).dtype
-        self.classes = sardet_classes()
+        self.classes = sardet_classes(options.annotation_file)
 
     @classmethod
     def tiny(cls, seed: int = 0, input_size: int = 128, **options) -> DenoDet:
@@ -382,9 +412,9 @@ class DenoDet:
         """Boxes normalised to `image`; the image is resized to input_size x input_size (keep_ratio False)."""
         wanted = self._label_indices(list(categories) if categories else self.classes)
         o = self.options
-        rgb = np.asarray(image.convert("RGB"), dtype=np.float32)  # a 1-band SAR image is replicated to 3
-        bgr = torch.from_numpy(np.ascontiguousarray(rgb[:, :, ::-1])).permute(2, 0, 1)[None]
-        pixels = F.interpolate(bgr, size=(o.input_size, o.input_size), mode="bilinear", align_corners=False)
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)  # a 1-band SAR image is replicated to 3
+        bgr = resize_bilinear_uint8(np.ascontiguousarray(rgb[:, :, ::-1]), o.input_size, o.input_size)  # mmcv's
+        pixels = torch.from_numpy(bgr).permute(2, 0, 1)[None].float()
         cls, reg = self.model(pixels.to(self.device, self.dtype))
         found = decode_gfl(
             [c[0] for c in cls],

@@ -1,6 +1,9 @@
 """Each backend's numeric precision: what upstream evaluates in, our default, and whether fp16 is allowed (torch-free).
 
-Every upstream evaluates in float32, so every backend defaults to fp32. fp16 (CUDA only: CPU always runs fp32) is
+Every upstream but SegEarth-OV evaluates in float32; SegEarth-OV's runs CLIP and its upsampler in float16
+(`segearth_segmentor.py` L48 `create_model(..., precision='fp16')`, L157 `.half()`, L184-185 autocast, L292
+`inputs.half()`). Every backend defaults to fp32: for SegEarth-OV the test below shows fp16 gives fp32's label maps,
+and CPU runs fp32 in any case. fp16 (CUDA only: CPU always runs fp32) is
 allowed only where `tests/tools/test_precision.py` shows it returns the same outputs as fp32 on fixed inputs with
 random weights, within the tolerance of `benchmarks/specialists_check.py`; elsewhere it is refused with one line
 naming the setting. Numerically fragile parts stay fp32 whatever the rest runs in (`fp32_parts`, the submodules
@@ -32,8 +35,10 @@ PRECISIONS: dict[str, BackendPrecision] = {
     "lae_dino": BackendPrecision(
         "fp32", "fp32", True, "fp16 found the same boxes within 0.001; near-tied scores (< 1e-4 apart) may swap order"
     ),
-    "segearth_ov": BackendPrecision("fp32", "fp32", True, "fp16 gave the same masks on the fixed inputs"),
-    "remotesam": BackendPrecision("fp32", "fp32", True, "fp16 gave the same masks (probabilities within 0.01)"),
+    "segearth_ov": BackendPrecision("fp16", "fp32", True, "fp16 (upstream's) gave fp32's masks on the fixed inputs"),
+    "remotesam": BackendPrecision(
+        "fp32", "fp32", True, "fp16 gave the same masks (probabilities within 0.01); the EPOC contour model stays fp32"
+    ),
     "denodet": BackendPrecision(
         "fp32",
         "fp32",

@@ -13,7 +13,10 @@ ImageNet-normalised; the sentence is BERT-tokenised with [CLS]/[SEP], cut to 20 
 - segment_instances: upstream `detection` per category, prompted "{category} in the image": 8-connected components
   of the mask, confidence = mean probability inside the component (kept if >= 0.01), boxes lying inside another box
   removed, NMS at IoU 0.5; counting is the number of instances. Categories are first turned into the canonical
-  class names of `geopilot.vocabulary`;
+  class names of `geopilot.vocabulary`. With upstream's EPOC (`use_EPOC=True`, `geopilot.tools.remotesam_epoc`):
+  DirectSAM's contours (probability > `epoc_threshold`) are cut out of the mask first and the components come from
+  the refined mask (`M2B_wEPOC`), so touching objects separate; without the contour model's local weights the
+  instances come from the unrefined mask and the tool's output says so (`instance_note`);
 - segment_semantic: upstream `semantic_seg`: one mask per class, prompted "{class} in the image".
 Scenes larger than `tile_size` are split into overlapping tiles for the category prompts (probabilities averaged
 where tiles overlap); a referring expression describes the whole scene, so those tools see it whole and refuse
@@ -38,6 +41,7 @@ from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import Detection, SegmentClass
 from geopilot.tools.canonical import encode_mask, pixel_box
 from geopilot.tools.precision import check_precision
+from geopilot.tools.remotesam_epoc import AREA_THRESHOLD, DET_THRESHOLD, EPOC_DIR, EpocContours, refine
 from geopilot.tools.remotesam_keymap import upstream_key_to_ours
 from geopilot.tools.remotesam_model import TEXT_TOKENS, RemoteSamConfig, RemoteSamNet, tiny_config
 from geopilot.tools.tiling import tile_windows
@@ -80,22 +84,54 @@ class Component:
         return full
 
 
+EIGHT_CONNECTED = np.ones((3, 3), dtype=bool)
+
+
+def _component(labels: np.ndarray, index: int, window, prob: np.ndarray) -> Component:
+    rows, cols = window
+    crop = labels[window] == index
+    return Component(
+        (cols.start, rows.start, cols.stop, rows.stop), float(prob[window][crop].mean()), crop, labels.shape
+    )
+
+
 def connected_components(mask: np.ndarray, prob: np.ndarray, conf_threshold: float = 0.01) -> list[Component]:
     """Upstream `M2B_woEPOC`: 8-connected components of `mask`, each with its mean probability (>= threshold)."""
     from scipy import ndimage
 
-    labels, count = ndimage.label(mask.astype(bool), structure=np.ones((3, 3), dtype=bool))
+    labels, _ = ndimage.label(mask.astype(bool), structure=EIGHT_CONNECTED)
     found = []
     for index, window in enumerate(ndimage.find_objects(labels), start=1):
-        if window is None:
-            continue
-        rows, cols = window
-        crop = labels[window] == index
-        score = float(prob[window][crop].mean())
-        if score < conf_threshold:
-            continue
-        found.append(Component((cols.start, rows.start, cols.stop, rows.stop), score, crop, mask.shape))
-    return found
+        if window is not None:
+            found.append(_component(labels, index, window, prob))
+    return [c for c in found if c.score >= conf_threshold]
+
+
+def refined_components(
+    mask: np.ndarray,
+    refined: np.ndarray,
+    prob: np.ndarray,
+    conf_threshold: float = 0.01,
+    area_threshold: float = AREA_THRESHOLD,
+) -> list[Component]:
+    """Upstream `M2B_wEPOC` (utils.py L233-272): the 8-connected components of the contour-refined mask; of those
+    inside one component of the unrefined mask, the ones larger than `area_threshold` x the largest are kept, in
+    upstream's order (unrefined component, then refined label); confidence = mean probability (>= threshold)."""
+    from scipy import ndimage
+
+    whole, _ = ndimage.label(mask.astype(bool), structure=EIGHT_CONNECTED)
+    parts, count = ndimage.label(refined.astype(bool) & (whole > 0), structure=EIGHT_CONNECTED)
+    if count == 0:
+        return []
+    areas = np.bincount(parts.ravel(), minlength=count + 1)
+    windows = ndimage.find_objects(parts)
+    owner = [0] + [int(whole[w][parts[w] == j][0]) for j, w in enumerate(windows, start=1)]  # refined within mask
+    largest: dict[int, int] = {}
+    for j in range(1, count + 1):
+        largest[owner[j]] = max(largest.get(owner[j], 0), int(areas[j]))
+    kept = sorted((owner[j], j) for j in range(1, count + 1) if areas[j] > largest[owner[j]] * area_threshold)
+    found = [_component(parts, j, windows[j - 1], prob) for _, j in kept]
+    return [c for c in found if c.score >= conf_threshold]
 
 
 def _inside(inner: tuple[int, ...], outer: tuple[int, ...]) -> bool:
@@ -138,10 +174,20 @@ def union_box(components: list[Component]) -> tuple[int, int, int, int] | None:
 
 
 def instances(
-    mask: np.ndarray, prob: np.ndarray, conf_threshold: float = 0.01, iou_threshold: float = 0.5
+    mask: np.ndarray,
+    prob: np.ndarray,
+    conf_threshold: float = 0.01,
+    iou_threshold: float = 0.5,
+    refined: np.ndarray | None = None,
 ) -> list[Component]:
-    """Upstream `detection` for one class: components -> inner boxes removed -> NMS."""
-    return nms(remove_inner(connected_components(mask, prob, conf_threshold)), iou_threshold)
+    """Upstream `detection` for one class: components (of the EPOC-refined mask when given) -> inner boxes
+    removed -> NMS."""
+    found = (
+        connected_components(mask, prob, conf_threshold)
+        if refined is None
+        else refined_components(mask, refined, prob, conf_threshold)
+    )
+    return nms(remove_inner(found), iou_threshold)
 
 
 def _canonical(category: str) -> str:
@@ -173,6 +219,9 @@ class RemoteSam:
         tile_size: int = 2048,
         tile_overlap: int = 256,
         max_side: int = 8192,
+        contours: EpocContours | None = None,
+        epoc_threshold: float = DET_THRESHOLD,
+        unrefined_reason: str = "no EPOC contour model was given",
     ):
         if not 0 <= tile_overlap < tile_size:
             raise ValueError(f"tile_overlap must be in [0, tile_size), got {tile_overlap} and {tile_size}")
@@ -180,6 +229,17 @@ class RemoteSam:
         self.size = net.config.image_size
         self.conf_threshold, self.nms_iou, self.max_instances = conf_threshold, nms_iou, max_instances
         self.tile_size, self.tile_overlap, self.max_side = tile_size, tile_overlap, max_side
+        self.contours, self.epoc_threshold, self.unrefined_reason = contours, epoc_threshold, unrefined_reason
+
+    @property
+    def instance_note(self) -> str | None:
+        """None when instances come from EPOC-refined masks (as upstream's detection and counting); else why not."""
+        if self.contours is not None:
+            return None
+        return (
+            f"instances and counts come from unrefined masks ({self.unrefined_reason}): touching objects can merge "
+            "into one, so counts can come out low"
+        )
 
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
@@ -201,11 +261,15 @@ class RemoteSam:
         tokenizer_path: str | None = None,
         precision: str = "fp32",
         architecture: str = "swin-b",
+        use_epoc: bool = True,
+        epoc_path: str | None = None,
         **options,
     ) -> RemoteSam:
         """Published RemoteSAM weights from a local file (or a folder holding `checkpoint.pth`), strictly.
 
-        `architecture="tiny"` builds `tiny_config` instead of the published Swin-B (tests of the loading path)."""
+        EPOC (upstream's default for detection and counting): the DirectSAM folder `epoc_path`, by default
+        `<checkpoint folder>/DirectSAM-EntitySeg-1024px-0501`; absent, instances come from unrefined masks and
+        `instance_note` says so. `architecture="tiny"` builds `tiny_config` instead of the published Swin-B."""
         if architecture not in ARCHITECTURES:
             raise WeightsError(f"unknown RemoteSAM architecture {architecture!r}; known: {list(ARCHITECTURES)}")
         from transformers import BertTokenizer
@@ -223,7 +287,13 @@ class RemoteSam:
         target = pick_device(device)
         precision = check_precision(BACKEND, precision)
         placed = place(net, target, precision, stored=float_dtypes(state), source=str(checkpoint))
-        return cls(placed, tokenizer, target, **options)
+        epoc_folder = Path(epoc_path) if epoc_path else checkpoint.parent / EPOC_DIR
+        contours, reason = None, "EPOC is off (use_epoc: false)"
+        if use_epoc and epoc_folder.is_dir():
+            contours = EpocContours.from_folder(epoc_folder, target)
+        elif use_epoc:
+            reason = f"no EPOC contour model: put {EPOC_DIR} at {epoc_folder}"
+        return cls(placed, tokenizer, target, contours=contours, unrefined_reason=reason, **options)
 
     # -- the network ----------------------------------------------------------------------------------------------
     def tokens(self, sentence: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,6 +345,18 @@ class RemoteSam:
         prob = total / count
         return prob > 0.5, prob
 
+    def contour_map(self, image: Image.Image) -> np.ndarray:
+        """EPOC contour probabilities (H, W), over the same tiles as `predict(tiled=True)` on large scenes."""
+        width, height = image.size
+        if max(width, height) <= self.tile_size:
+            return self.contours.probability(image)
+        total = np.zeros((height, width), dtype=np.float32)
+        count = np.zeros((height, width), dtype=np.uint16)
+        for x0, y0, x1, y1 in tile_windows(width, height, self.tile_size, self.tile_overlap):
+            total[y0:y1, x0:x1] += self.contours.probability(image.crop((x0, y0, x1, y1)))
+            count[y0:y1, x0:x1] += 1
+        return total / count
+
     # -- tasks --------------------------------------------------------------------------------------------------
     def segment_referring(self, image: Image.Image, expression: str) -> list[Detection]:
         mask, prob = self.predict(image, expression)
@@ -308,10 +390,12 @@ class RemoteSam:
     ) -> list[Detection]:
         threshold = self.conf_threshold if score_threshold is None else score_threshold
         width, height = image.size
+        contours = self.contour_map(image) if self.contours is not None else None  # once per image, as upstream
         found: list[Detection] = []
         for label in dict.fromkeys(_canonical(c) for c in categories):
             mask, prob = self.predict(image, class_prompt(label), tiled=True)
-            for c in instances(mask, prob, threshold, self.nms_iou):
+            refined = None if contours is None else refine(mask, contours, self.epoc_threshold)
+            for c in instances(mask, prob, threshold, self.nms_iou, refined):
                 found.append(
                     Detection(
                         label=label,

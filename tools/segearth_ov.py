@@ -14,13 +14,15 @@ with `model_type='SegEarth'`, and SimFeatUp's `upsamplers.py`) on open_clip_torc
 - text: each query is embedded with the 80 OpenAI ImageNet templates (open_clip's `OPENAI_IMAGENET_TEMPLATES`, the
   same list as upstream's), normalised, averaged, normalised; comma-separated synonyms in a class name are separate
   queries merged by max;
-- inference: long side resized to 448, 224 crops with stride 112 (padded to the patch size), logits averaged,
+- inference: long side resized to 448 as mmcv's `imrescale` does it (OpenCV's 8-bit bilinear resize,
+  `geopilot.tools.cv2_resize`), 224 crops with stride 112 (padded to the patch size), logits averaged,
   resized to the input size, x50, softmax; pixels whose best probability is below `prob_threshold` go to the
   background class, which is the first query ("background" unless the classes name one themselves).
 Outputs: one `SegmentClass` per requested class present (area fraction + COCO RLE). Tests: `tests/tools/test_segearth*.py`.
-Checked once against the upstream code with the same weights (not a unit test: upstream has no licence to vendor):
-image tokens and cls of ViT-B/16 (random weights, 224x224 and 224x160 crops) equal to 3e-6; `JBUStack` with the real
-`clip_jbu_stack_cocostuff.ckpt` on 14x14 -> 224x224 features equal to 1.3e-6.
+Against upstream: `tests/tools/test_segearth_ov_upstream.py` mirrors upstream's modules (file and line cited) and
+compares on the same random weights in fp32: logits within 1e-5, identical label maps. Checked once before, outside
+the repo: image tokens and cls of ViT-B/16 equal to 3e-6; `JBUStack` with the real `clip_jbu_stack_cocostuff.ckpt`
+equal to 1.3e-6.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from geopilot.errors import GeoPilotInputError, WeightsError
 from geopilot.tool_output import SegmentClass
 from geopilot.tools import weights as local_weights
 from geopilot.tools.canonical import segment_class
+from geopilot.tools.cv2_resize import resize_bilinear_uint8
 from geopilot.tools.precision import precision_setting
 
 BACKEND = "segearth_ov"
@@ -374,7 +377,8 @@ class SegEarthOV:
                 f"image {width}x{height} is too thin for SegEarth-OV: its short side becomes {min(size)} px at "
                 f"long side {self.options.long_side}, below {3 * self.patch} px"
             )
-        array = np.asarray(image.convert("RGB").resize(size, Image.Resampling.BILINEAR), dtype=np.float32)
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
+        array = resize_bilinear_uint8(rgb, *size).astype(np.float32)  # mmseg Resize(keep_ratio=True) -> cv2
         array = (array - np.array(CLIP_MEAN, dtype=np.float32)) / np.array(CLIP_STD, dtype=np.float32)
         return torch.from_numpy(array).permute(2, 0, 1)[None].to(self.device)
 

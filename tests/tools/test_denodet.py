@@ -109,3 +109,42 @@ def test_large_scene_is_tiled_through_the_adapter():
     assert len(calls) == len(tile_windows(300, 200, 128, 32)) == 6 and set(calls) == {(128, 128)}
     assert out.detections and len(out.detections) <= 100
     ToolOutput.model_validate(out.model_dump())
+
+
+def _coco_categories(path, names: list[str]) -> None:
+    import json
+
+    path.write_text(
+        json.dumps(
+            {"images": [], "annotations": [], "categories": [{"id": i + 1, "name": n} for i, n in enumerate(names)]}
+        )
+    )
+
+
+def test_label_order_follows_the_annotation_json_as_mmdet_numbers_it(tmp_path):
+    """groksar/datasets/SAR_Det.py L38-40: label i = the i-th JSON category named in METAINFO (file order)."""
+    path = tmp_path / "train.json"
+    _coco_categories(path, ["harbor", "ship", "bridge", "aircraft", "tank", "car"])
+    assert sardet_classes(path) == ["harbor", "ship", "bridge", "airplane", "storage tank", "car"]
+    detector = DenoDet.tiny(seed=0, input_size=64, annotation_file=str(path))
+    assert detector.classes == sardet_classes(path)
+    assert DenoDet.tiny(seed=0, input_size=64).classes == [
+        "ship",
+        "airplane",
+        "car",
+        "storage tank",
+        "bridge",
+        "harbor",
+    ]
+
+
+def test_an_annotation_file_without_the_six_classes_is_one_clear_error(tmp_path):
+    from geopilot.errors import WeightsError
+
+    path = tmp_path / "train.json"
+    _coco_categories(path, ["ship", "aircraft", "car"])
+    with pytest.raises(WeightsError, match="do not name each of ship, aircraft, car, tank, bridge, harbor"):
+        sardet_classes(path)
+    path.write_text("{}")
+    with pytest.raises(WeightsError, match="not a COCO annotation file"):
+        sardet_classes(path)
