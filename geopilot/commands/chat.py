@@ -1,4 +1,4 @@
-"""`geopilot chat --model DIR --image PATH "question" [--json] [--save-vis out.png] [--tools configs/tools.yaml]`.
+"""`geopilot chat --model DIR [--adapter DIR] --image PATH "question" [--json] [--save-vis out.png] [--tools configs/tools.yaml]`.
 
 Prints the plan (reasoning, tool calls), a short summary of each tool output, the answer and the timings;
 `--json` prints the whole ChatResult instead; `--save-vis` draws the tool outputs on the image.
@@ -16,6 +16,9 @@ SUMMARY_CHARS = 160
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", help="what to ask about the image")
     parser.add_argument("--model", required=True, help="model directory (from `geopilot init-model` or training)")
+    parser.add_argument(
+        "--adapter", default=None, help="a LoRA adapter dir from training (export/adapter); --model is then its base"
+    )
     parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
     parser.add_argument("--tools", default=None, help="tool registry YAML (default: configs/tools.yaml)")
     parser.add_argument(
@@ -95,7 +98,12 @@ def run(args: argparse.Namespace) -> int:
         raise GeoPilotInputError(f"--tool-timeout must be a number of seconds > 0, got {args.tool_timeout:g}")
     image = load_image(args.image)
     pilot = GeoPilot.from_pretrained(
-        args.model, device=args.device, dtype=args.dtype, tools_config=args.tools, tool_timeout_s=args.tool_timeout
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        tools_config=args.tools,
+        tool_timeout_s=args.tool_timeout,
+        adapter=args.adapter,
     )
     result = pilot.chat(
         image,
