@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,6 +57,19 @@ def kill_at(step: int, event: str):
             os.kill(os.getpid(), signal.SIGKILL)
 
     return on_step
+
+
+def run_killed(step: int, event: str, args: list[str]) -> subprocess.CompletedProcess:
+    """train.main(args) in a fresh process whose step callback SIGKILLs it at (step, event)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(
+        [sys.executable, __file__, str(step), event, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 if __name__ == "__main__":
