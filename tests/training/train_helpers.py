@@ -1,6 +1,7 @@
 """argv builders for in-process `train.main` runs on the tiny configs, and a run that SIGKILLs itself.
 
 python tests/training/train_helpers.py STEP EVENT <train.py args>   # train.main(args, on_step=kill_at(STEP, EVENT))
+With KILL_NODE_OF_RANK=r in the environment only global rank r dies, taking its torchrun agent with it (a node lost).
 """
 
 from __future__ import annotations
@@ -52,8 +53,15 @@ def stage2_args(data: Path, out: Path, stage1_export: Path, *extra: str) -> list
 def kill_at(step: int, event: str):
     """A train.py step callback that SIGKILLs the process at (step, event), as a pre-emption would."""
 
+    victim = os.environ.get("KILL_NODE_OF_RANK")
+
     def on_step(at: int, what: str) -> None:
-        if (at, what) == (step, event):
+        if (at, what) != (step, event):
+            return
+        if victim is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif os.environ.get("RANK") == victim:
+            os.kill(os.getppid(), signal.SIGKILL)  # the node's torchrun agent first, then this worker
             os.kill(os.getpid(), signal.SIGKILL)
 
     return on_step
