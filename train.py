@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from geopilot.training.recipe import main, train
+from geopilot.training.recipe import main, parse_args, train
 
-__all__ = ["main", "train"]
+__all__ = ["main", "parse_args", "train"]
 
 if __name__ == "__main__":
     sys.exit(main())

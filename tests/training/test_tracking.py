@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 
 import pytest
 from test_validation import held_out
@@ -47,8 +48,13 @@ def test_wandb_offline_writes_a_run_folder_with_the_logged_keys(dataset, tmp_pat
     assert train.main(stage1_args(dataset, out, "optim.max_steps=2", *wandb)) == 0
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
-    # the run's record log (protobuf records; `wandb sync` uploads it): history keys are stored as plain strings
-    records = next(runs[0].glob("run-*.wandb")).read_bytes()
+    # the run's record log (protobuf records; `wandb sync` uploads it): history keys are stored as plain strings.
+    # wandb's service process writes it on its own after finish() returns: wait for the final records.
+    record_log = next(runs[0].glob("run-*.wandb"))
+    deadline = time.monotonic() + 60
+    while b"perf/tokens_per_s" not in record_log.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    records = record_log.read_bytes()
     for key in ("train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s", "time/forward_backward_s"):
         assert key.encode() in records, key
     assert b"geopilot-test" in records and b"optim.lr" in records  # the project and the config
