@@ -3,7 +3,7 @@ evaluated on SAR VQA (OI / IC / OC / OP, SAR Avg) and optical VQA (RSVQA-HRBEN),
 
     geopilot ablate-alpha --config configs/eval/ablate_alpha.yaml
 
-Each alpha trains with `<launcher> <python> <train_script> --config <stage2_config> model.init=llava_hf
+Each alpha trains with `<launcher or python> -m geopilot.training.recipe --config <stage2_config> model.init=llava_hf
 model.llava_path=<stage1> data.alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
 launcher can be torchrun); a run whose `export/` already exists is not retrained, and the evaluations resume from
 their predictions files, so re-running the command after a crash finishes the grid. SAR Avg is the mean of the four
@@ -36,7 +36,6 @@ class AblateAlphaConfig(StrictConfig):
     out: str
     alphas: list[float] = Field(default_factory=lambda: list(PAPER_ALPHAS), min_length=1)
     overrides: list[str] = []  # extra train.py key=value overrides, applied to every alpha
-    train_script: str = "train.py"
     launcher: list[str] = []  # e.g. [torchrun, --nproc_per_node, "8"]; empty = this Python
     batch_size: int = Field(default=8, ge=1)
     max_new_tokens: int = Field(default=64, ge=1)
@@ -55,7 +54,8 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
         return export
     command = [*cfg.launcher] if cfg.launcher else [sys.executable]
     command += [
-        cfg.train_script,
+        "-m",  # python -m and torchrun -m both run the recipe as a module (train.py is the same recipe)
+        "geopilot.training.recipe",
         "--config",
         cfg.stage2_config,
         "model.init=llava_hf",

@@ -236,8 +236,9 @@ def save_model(model, processor, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None):
-    """GeoPilot's loading path: a saved model dir -> (model in eval mode, processor with a segment-safe tokenizer)."""
+def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None, adapter: str | Path | None = None):
+    """GeoPilot's loading path: a saved model dir -> (model in eval mode, processor with a segment-safe tokenizer).
+    `adapter`: a LoRA adapter dir from training (`export.adapter`), applied over this base and merged."""
     import torch
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
@@ -253,7 +254,25 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None):
     except Exception as err:  # noqa: BLE001 - truncated/corrupt safetensors, missing shards: all mean a bad model dir
         first = first_line(err)
         raise WeightsError(f"{path}: the model weights cannot be read ({type(err).__name__}: {first})") from None
+    if adapter is not None:
+        model = apply_adapter(model, adapter)
     model = model.to(target).eval()
     processor = AutoProcessor.from_pretrained(path)
     prepare_tokenizer(processor.tokenizer)
     return model, processor
+
+
+def apply_adapter(model, adapter: str | Path):
+    """peft's `PeftModel.from_pretrained(base, DIR)` (the projector is among its saved modules), merged for speed."""
+    from peft import PeftModel
+
+    adapter = Path(adapter)
+    if not (adapter / "adapter_config.json").is_file():
+        raise WeightsError(f"no LoRA adapter at {adapter} (expected adapter_config.json, from export.adapter=true)")
+    try:
+        return PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    except Exception as err:  # noqa: BLE001 - a shape mismatch means the adapter was trained over another base
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeightsError(
+            f"{adapter}: the adapter does not fit this base model ({type(err).__name__}: {first})"
+        ) from None

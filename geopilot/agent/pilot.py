@@ -79,13 +79,15 @@ class GeoPilot:
         device: str = "auto",
         dtype: str | None = None,
         tools_config: str | Path | None = None,
+        adapter: str | Path | None = None,
         **kwargs,
     ) -> GeoPilot:
-        """A saved model directory -> GeoPilot. `tools=None` builds the default registry (configs/tools.yaml) on first use."""
+        """A saved model directory -> GeoPilot. `tools=None` builds the default registry (configs/tools.yaml) on first use.
+        `adapter`: a LoRA adapter directory from training (export/adapter), applied over `path` as its base."""
         from geopilot.device import resolve_device
         from geopilot.model import load_model
 
-        model, processor = load_model(path, device=str(resolve_device(device)), dtype=dtype)
+        model, processor = load_model(path, device=str(resolve_device(device)), dtype=dtype, adapter=adapter)
         return cls(model, processor, tools, tools_config=tools_config, **kwargs)
 
     @classmethod

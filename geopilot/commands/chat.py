@@ -1,4 +1,5 @@
-"""`geopilot chat --model DIR --image PATH "question" [--json] [--save-vis out.png] [--tools-config configs/tools.yaml]`.
+"""`geopilot chat --model DIR [--adapter DIR] --image PATH "question" [--json] [--save-vis out.png]
+[--tools-config configs/tools.yaml]`.
 
 Prints the plan (reasoning, tool calls), a short summary of each tool output, the answer and the timings;
 `--json` prints the whole ChatResult instead; `--save-vis` draws the tool outputs on the image.
@@ -18,6 +19,9 @@ SUMMARY_CHARS = 160
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", help="what to ask about the image")
     parser.add_argument("--model", required=True, help="model directory (from `geopilot init-model` or training)")
+    parser.add_argument(
+        "--adapter", default=None, help="a LoRA adapter dir from training (export/adapter); --model is then its base"
+    )
     parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
     add_tools_config_argument(parser, old_names=("--tools",))
     parser.add_argument(
@@ -102,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         tools_config=args.tools_config,
         tool_timeout_s=args.tool_timeout,
+        adapter=args.adapter,
     )
     result = pilot.chat(
         image,

@@ -23,12 +23,11 @@ from importlib import resources
 from pathlib import Path
 
 from geopilot.demo.settings import DemoSettings, Layout
-from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import atomic_write
 
 Progress = Callable[[int, int], None]  # (done, total)
 DETECTION_TOOLS = {"optical": {"detect_objects", "detect_all", "ground"}, "sar": {"sar_detect_all", "sar_ground"}}
-TRAIN_SCRIPT = Path(__file__).resolve().parents[2] / "train.py"
+TRAIN_MODULE = "geopilot.training.recipe"  # train.py's recipe, run as a module: no checkout path needed
 
 
 def _json(path: Path, data) -> None:
@@ -135,13 +134,11 @@ def deterministic_env(settings: DemoSettings) -> dict:
 
 
 def run_stage(layout: Layout, settings: DemoSettings, stage: int, counts: dict, progress: Progress) -> dict:
-    """train.py as a subprocess (resumes from its own checkpoints); progress from its per-step sample log."""
+    """The training recipe as a subprocess (resumes from its own checkpoints); progress from its per-step sample log."""
     import yaml
 
     from geopilot.training.config import TrainConfig
 
-    if not TRAIN_SCRIPT.is_file():
-        raise GeoPilotInputError(f"the demo trains with train.py from a source checkout; {TRAIN_SCRIPT} is missing")
     config = train_config(layout, settings, stage)
     TrainConfig.model_validate(config)  # a bad setting fails here, with its dotted key
     config_path = layout.configs / f"stage{stage}.yaml"
@@ -153,7 +150,7 @@ def run_stage(layout: Layout, settings: DemoSettings, stage: int, counts: dict, 
     steps_log = out / "logs" / "samples.rank0.jsonl"
     with (out / "train.log").open("a", encoding="utf-8") as log:
         child = subprocess.Popen(
-            [sys.executable, str(TRAIN_SCRIPT), "--config", str(config_path)],
+            [sys.executable, "-m", TRAIN_MODULE, "--config", str(config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=deterministic_env(settings),

@@ -4,6 +4,7 @@ Layout under `<output_dir>/checkpoints/`:
     step-00000012/      accelerate state (model, optimizer, scheduler, RNG of every process; DeepSpeed shards)
                         + trainer_state.json (data position, data counts, seed, and a manifest of file sizes)
     latest              the name of the newest complete checkpoint
+    best                the name of the best evaluated one (checkpoint.keep_best), kept beside the last `keep_last`
 A checkpoint is written into `.tmp-step-N/`, fsynced, and renamed to `step-N/` only once every process has
 finished; `latest` is replaced after that. A crash at any moment leaves either the previous checkpoint or the new
 one, never a half of one: temp dirs are never candidates, and a dir whose files do not match its manifest
@@ -24,6 +25,7 @@ from geopilot.fileio import atomic_write, fsync_path
 
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest"
+BEST_FILE = "best"
 PREFIX = "step-"
 
 log = logging.getLogger("geopilot.train")
@@ -49,8 +51,16 @@ class CheckpointStore:
     def name(step: int) -> str:
         return f"{PREFIX}{step:08d}"
 
-    def save(self, accelerator, state: dict, keep_last: int, before_commit: Callable[[], None] | None = None) -> Path:
-        """Collective: every process calls it. `before_commit` (tests) runs on the main process mid-write."""
+    def save(
+        self,
+        accelerator,
+        state: dict,
+        keep_last: int,
+        before_commit: Callable[[], None] | None = None,
+        best: str | None = None,
+    ) -> Path:
+        """Collective: every process calls it. `before_commit` (tests) runs on the main process mid-write; `best`
+        names the checkpoint that pruning keeps (written to `best` once this one is committed)."""
         step = state["step"]
         staging, final = self.root / f".tmp-{self.name(step)}", self.root / self.name(step)
         if accelerator.is_main_process:
@@ -73,13 +83,17 @@ class CheckpointStore:
             os.replace(staging, final)
             fsync_path(self.root)
             atomic_write(self.root / LATEST_FILE, final.name + "\n")
-            self._prune(keep_last)
+            if best is not None:
+                atomic_write(self.root / BEST_FILE, best + "\n")
+            self._prune(keep_last, best)
         accelerator.wait_for_everyone()
         return final
 
-    def _prune(self, keep_last: int) -> None:
+    def _prune(self, keep_last: int, best: str | None = None) -> None:
         complete = sorted(p for p in self.root.glob(f"{PREFIX}*") if p.is_dir())
         for old in complete[:-keep_last]:
+            if old.name == best:
+                continue
             shutil.rmtree(old, ignore_errors=True)
 
     def verify(self, directory: Path) -> tuple[dict | None, str]:
@@ -98,6 +112,11 @@ class CheckpointStore:
             if path.stat().st_size != size:
                 return None, f"{relative} has {path.stat().st_size} bytes, expected {size} (truncated)"
         return state, ""
+
+    def best(self) -> Path | None:
+        """The checkpoint `best` names, when there is one."""
+        path = self.root / BEST_FILE
+        return self.root / path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
     def find_resumable(self) -> tuple[Path, dict] | None:
         """The newest complete checkpoint, preferring the one `latest` names; None when there is none at all."""

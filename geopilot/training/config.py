@@ -32,6 +32,7 @@ class DataConfig(StrictConfig):
     megabatch_batches: int = Field(default=32, ge=1)  # length grouping sorts within this many batches
     num_workers: int = Field(default=0, ge=0)
     image_cache: int = Field(default=0, ge=0)  # processed images kept per data process (traces reuse scenes)
+    eval_files: list[str] = []  # held-out sample JSONL, rendered and cached like `files`; validated every eval step
 
 
 class OptimConfig(StrictConfig):
@@ -68,6 +69,18 @@ class LoraSettings(StrictConfig):
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
     target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
     modules_to_save: list[str] = ["multi_modal_projector"]
+    qlora: bool = False  # the frozen base in 4 bits (bitsandbytes NF4); CUDA only
+
+
+class EvalConfig(StrictConfig):
+    """Validation during training: loss on data.eval_files, and planning scores on a case subset."""
+
+    every_steps: int = Field(default=200, ge=1)  # also at the last step
+    batch_size: int = Field(default=8, ge=1)  # held-out samples per process per forward
+    planning_cases: str | None = None  # a planning case file (JSONL, `geopilot eval planning --cases`)
+    planning_max_cases: int | None = Field(default=None, ge=1)  # the first N cases of the file (None: all)
+    planning_seeds: list[int] = Field(default=[42], min_length=1)
+    planning_max_new_tokens: int = Field(default=512, ge=1)
 
 
 class EngineConfig(StrictConfig):
@@ -93,13 +106,26 @@ class CheckpointConfig(StrictConfig):
     save_steps: int = Field(default=500, ge=1)
     keep_last: int = Field(default=2, ge=1)
     resume: bool = True  # re-running the same command continues from the latest complete checkpoint
+    keep_best: Literal["val_loss", "OPA"] | None = None  # also keep the best evaluated step's checkpoint
+
+
+class WandbConfig(StrictConfig):
+    project: str = Field(min_length=1)
+    run_name: str | None = None  # default: the output folder's name
+    mode: Literal["online", "offline"] = "offline"  # online without network or API key falls back to offline
 
 
 class LoggingConfig(StrictConfig):
     logging_steps: int = Field(default=10, ge=1)
     tensorboard: bool = True
+    wandb: WandbConfig | None = None  # Weights & Biases (the wandb package); metrics.jsonl is always written
+    peak_tflops: float | None = Field(default=None, gt=0)  # per device, for the MFU estimate (default: known GPUs)
     progress_bar: bool = True
     log_sample_ids: bool = True  # logs/samples.rank<r>.jsonl: which samples each step trained on
+
+
+class ExportConfig(StrictConfig):
+    adapter: bool = False  # a LoRA run also writes export/adapter: peft's format + the trained projector
 
 
 class TrainConfig(StrictConfig):
@@ -113,6 +139,8 @@ class TrainConfig(StrictConfig):
     engine: EngineConfig = EngineConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    eval: EvalConfig = EvalConfig()
+    export: ExportConfig = ExportConfig()
 
     @field_validator("output_dir")
     @classmethod
@@ -131,6 +159,14 @@ class TrainConfig(StrictConfig):
                 f"optim.global_batch_size {self.optim.global_batch_size} is not a multiple of "
                 f"optim.per_device_batch_size {self.optim.per_device_batch_size}"
             )
+        if self.checkpoint.keep_best == "val_loss" and not self.data.eval_files:
+            raise ValueError("checkpoint.keep_best=val_loss needs held-out data: set data.eval_files")
+        if self.checkpoint.keep_best == "OPA" and not self.eval.planning_cases:
+            raise ValueError("checkpoint.keep_best=OPA needs planning cases: set eval.planning_cases")
+        if self.export.adapter and not self.lora.enabled:
+            raise ValueError("export.adapter writes a LoRA adapter: set lora.enabled=true (or export.adapter=false)")
+        if self.lora.qlora and not self.lora.enabled:
+            raise ValueError("lora.qlora trains LoRA adapters over a 4-bit base: set lora.enabled=true")
         return self
 
     @property
@@ -140,11 +176,15 @@ class TrainConfig(StrictConfig):
         return Path(self.output_dir).resolve().parent / ".cache" / "tokenised"
 
 
-# Settings that do not change what a run computes: where it writes, how often it logs or checkpoints, caches, workers.
+# Settings that do not change what a run computes: where it writes, how often it logs, evaluates or checkpoints,
+# what it exports beside the model, caches, workers.
 RESULT_NEUTRAL = (
     "output_dir",
     "checkpoint.",
     "logging.",
+    "eval.",
+    "export.",
+    "data.eval_files",
     "data.cache_dir",
     "data.num_workers",
     "data.image_cache",

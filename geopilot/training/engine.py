@@ -83,6 +83,11 @@ def deepspeed_settings(cfg: TrainConfig, world_size: int) -> dict | None:
     deepspeed_config.validate(resolved, cfg.engine.deepspeed, world_size)
     if cfg.lora.enabled and deepspeed_config.zero_stage(resolved) == 3:
         raise ConfigError("lora.enabled with ZeRO-3 is not supported (merging needs whole weights); use zero2.json")
+    if cfg.eval.planning_cases and deepspeed_config.zero_stage(resolved) == 3:
+        raise ConfigError(
+            "eval.planning_cases with ZeRO-3 is not supported (each process generates its own cases over sharded "
+            "weights); use zero2.json, or validation loss alone (data.eval_files)"
+        )
     return resolved
 
 
@@ -95,8 +100,9 @@ def require_distributed_launch(ds_config: dict | None) -> None:
         )
 
 
-def make_accelerator(cfg: TrainConfig, ds_config: dict | None, world_size: int):
-    """DeepSpeed plugin when configured; otherwise DDP (or one process). gloo on CPU in both cases."""
+def make_accelerator(cfg: TrainConfig, ds_config: dict | None, world_size: int, log_with: list | None = None):
+    """DeepSpeed plugin when configured; otherwise DDP (or one process). gloo on CPU in both cases. `log_with`:
+    the trackers (geopilot.training.tracking.tracker_kinds)."""
     import torch
     from accelerate import Accelerator, DeepSpeedPlugin
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs, ProjectConfiguration
@@ -119,7 +125,7 @@ def make_accelerator(cfg: TrainConfig, ds_config: dict | None, world_size: int):
         gradient_accumulation_steps=grad_accum_steps(cfg, world_size),
         mixed_precision=cfg.optim.mixed_precision,
         step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps; train.py steps it
-        log_with="tensorboard" if cfg.logging.tensorboard else None,
+        log_with=log_with,
         project_config=project,
         kwargs_handlers=handlers,
         **kwargs,
@@ -165,7 +171,7 @@ def build_stage_model(cfg: TrainConfig):
 
     if cfg.stage == 2:
         stage_one_export(cfg)
-    model, processor = build_model(cfg.model)
+    model, processor = build_quantized_base(cfg) if cfg.lora.qlora else build_model(cfg.model)
     if cfg.model.init != "tiny":  # loaded weights: a diverged export must not become the next stage's start
         refuse_non_finite(model, f"the weights of model.init={cfg.model.init}")
     apply_freeze(model, cfg)
@@ -177,6 +183,41 @@ def build_stage_model(cfg: TrainConfig):
     if not any(p.requires_grad for p in model.parameters()):
         raise ConfigError("every component is frozen (freeze.*): nothing would train")
     return model, processor
+
+
+def build_quantized_base(cfg: TrainConfig):
+    """QLoRA: the llava-hf base in 4 bits (bitsandbytes NF4, bf16 compute) on this process's GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("lora.qlora needs a CUDA GPU (bitsandbytes 4-bit); this machine has none: drop lora.qlora")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ConfigError("lora.qlora needs the bitsandbytes package: pip install bitsandbytes") from None
+    if cfg.model.init != "llava_hf":
+        raise ConfigError("lora.qlora quantizes a saved model: set model.init=llava_hf and model.llava_path")
+    from peft import prepare_model_for_kbit_training
+    from transformers import BitsAndBytesConfig, LlavaForConditionalGeneration
+
+    from geopilot.model import build_processor, load_tokenizer
+
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+        llm_int8_skip_modules=["vision_tower", "multi_modal_projector", "lm_head"],
+    )
+    device = int(os.environ.get("LOCAL_RANK", "0"))
+    model = LlavaForConditionalGeneration.from_pretrained(
+        cfg.model.llava_path, quantization_config=quantization, device_map={"": device}, dtype=torch.bfloat16
+    )
+    model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.optim.gradient_checkpointing)
+    vision = model.config.vision_config
+    return model, build_processor(
+        load_tokenizer(cfg.model.tokenizer_path or cfg.model.llava_path), vision.image_size, vision.patch_size
+    )
 
 
 def apply_freeze(model, cfg: TrainConfig) -> None:

@@ -1,6 +1,8 @@
 """The end of a run: a plain llava-hf model dir (weights, processor, chat template) + `geopilot_train.json`.
 
-LoRA adapters are merged first; under ZeRO-3 the partitioned weights are gathered for the save. The directory is
+LoRA adapters are merged first (with `export.adapter`, the adapter alone is written before that to `export/adapter`:
+peft's format, loadable with `PeftModel.from_pretrained(base, DIR)`, plus `projector.safetensors`, the trained
+projector); under ZeRO-3 the partitioned weights are gathered for the save. The directory is
 written aside and renamed, so a crash during export never leaves a half model where the next stage looks for one.
 """
 
@@ -49,7 +51,29 @@ def _gathered(accelerator, model):
     return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
 
 
-def export_model(accelerator, model, processor, out_dir: str | Path, info: dict) -> Path | None:
+ADAPTER_DIR = "adapter"
+PROJECTOR_FILE = "projector.safetensors"
+PROJECTOR_PREFIX = "multi_modal_projector."
+
+
+def save_adapter(peft_model, processor, out_dir: Path, info: dict) -> None:
+    """peft's adapter files + the projector's trained weights + the processor + what the run was."""
+    from safetensors.torch import save_file
+
+    peft_model.save_pretrained(out_dir, safe_serialization=True)
+    # peft keeps the trained copy under `modules_to_save.default.` (beside `original_module.`); plain names are written
+    projector = {
+        name.split(PROJECTOR_PREFIX, 1)[1].replace("modules_to_save.default.", ""): param.detach().cpu().contiguous()
+        for name, param in peft_model.named_parameters()
+        if PROJECTOR_PREFIX in name and "original_module" not in name
+    }
+    save_file(projector, str(out_dir / PROJECTOR_FILE))
+    processor.save_pretrained(out_dir)
+    base = info["config"]["model"].get("llava_path")
+    (out_dir / EXPORT_INFO).write_text(json.dumps({**info, "adapter_base": base}, indent=1, default=str), "utf-8")
+
+
+def export_model(accelerator, model, processor, out_dir: str | Path, info: dict, adapter: bool = False) -> Path | None:
     """Collective. Writes `out_dir` on the main process; returns it there (None elsewhere)."""
     from geopilot.model import save_model
 
@@ -59,16 +83,24 @@ def export_model(accelerator, model, processor, out_dir: str | Path, info: dict)
     with _gathered(accelerator, unwrapped):
         refuse_non_finite(unwrapped, f"export to {out_dir}")  # every process holds the same (gathered) weights
         if accelerator.is_main_process:
+            staging = out_dir.with_name(f".{out_dir.name}.export")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            if adapter:  # before the merge, which folds the adapters away
+                save_adapter(unwrapped, processor, staging / ADAPTER_DIR, info)
             if hasattr(unwrapped, "merge_and_unload"):  # peft: fold the adapters into the base weights
                 unwrapped = unwrapped.merge_and_unload()
+            if getattr(unwrapped, "is_loaded_in_4bit", False):  # QLoRA: the export is a plain full-precision model
+                unwrapped.dequantize()
             if _is_zero3(accelerator) and getattr(unwrapped, "_weight_conversions", None) is not None:
                 # from_pretrained under ZeRO-3 records key renamings that save_pretrained reverts twice
                 # (seen: `language_model.model.model.embed_tokens`); drop them so transformers uses its
                 # default mapping and the file has the same key names as a DDP or ZeRO-2 export.
                 unwrapped._weight_conversions = None
-            staging = out_dir.with_name(f".{out_dir.name}.export")
-            shutil.rmtree(staging, ignore_errors=True)
-            save_model(unwrapped, processor, staging)
+            save_model(unwrapped, processor, staging / "model")
+            for item in (staging / "model").iterdir():
+                os.replace(item, staging / item.name)
+            (staging / "model").rmdir()
             (staging / EXPORT_INFO).write_text(json.dumps(info, indent=1, default=str), encoding="utf-8")
             if out_dir.exists():
                 shutil.rmtree(out_dir)

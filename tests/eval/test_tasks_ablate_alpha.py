@@ -51,7 +51,6 @@ def test_ablate_alpha_tiny_writes_table_and_plot(tmp_path, capsys):
         "optical_vqa": str(write_rsvqa(tmp_path / "hr", "hr")),
         "out": str(tmp_path / "ablate"),
         "overrides": common,
-        "train_script": str(REPO / "train.py"),
         "batch_size": 4,
         "max_new_tokens": 6,
         "device": "cpu",

@@ -5,15 +5,12 @@ that are half-written or truncated are never loaded."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from train_helpers import ROOT, stage1_args
+from train_helpers import run_killed, stage1_args
 
 import train
 from geopilot.training.checkpoint import CheckpointError, CheckpointStore
@@ -27,20 +24,6 @@ ARGS = ["optim.max_steps=5", "optim.epochs=3", "checkpoint.save_steps=3"]
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory) -> Path:
     return write_demo_dataset(tmp_path_factory.mktemp("small"), optical=8, sar=2, seed=1)
-
-
-def run_killed(step: int, event: str, args: list[str]) -> subprocess.CompletedProcess:
-    """train.main(args) in a fresh process whose step callback SIGKILLs it at (step, event)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
-    helper = Path(__file__).with_name("train_helpers.py")
-    return subprocess.run(
-        [sys.executable, str(helper), str(step), event, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def assert_same_training(reference: Path, resumed: Path) -> None:
