@@ -148,6 +148,24 @@ class KVSession:
         self.lacks_eos = [self.lacks_eos[i] for i in index]
         self.rows = rows
 
+    def fork(self, row: int) -> KVSession:
+        """A one-row session continuing `row` (a live row, after at least one turn) on a copy of its part of the
+        cache; this session is left as it is. Client-run tools park a finished think turn this way."""
+        import torch
+
+        if not self.started or row not in self.rows:
+            raise ValueError(f"row {row} is not a live row of a started session (live: {self.rows})")
+        index = self.rows.index(row)
+        selected = torch.tensor([index], device=self.sequences.device)
+        twin = copy.copy(self)
+        twin.sequences, twin.mask = self.sequences[selected], self.mask[selected]
+        twin.pixel_values = self.pixel_values[selected]
+        twin.cache = copy.copy(self.cache)
+        twin.cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        twin.cache.batch_select_indices(selected)  # new tensors: the layers' own are not touched
+        twin.rows, twin.lacks_eos, twin.image_outputs = [0], [self.lacks_eos[index]], None
+        return twin
+
     def _append(self, tails: list[list[int]]) -> list[int]:
         """Append each row's new tokens (after a </s> if its last turn was cut off), left-padded to one width."""
         import torch

@@ -79,7 +79,7 @@ class HttpEngine:
                 return entry["max_model_len"]
         return 0
 
-    def prompt_tokens(self, messages: list) -> list[int]:
+    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
         return []  # the server renders the prompt (image tokens included) and refuses one over its context
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> HttpSession:
@@ -94,7 +94,7 @@ class HttpSession:
         self.conversations = []
         for request in requests:
             url = _png_data_url(request.image)
-            self.conversations.append([_with_image_url(m, url) for m in hf_messages(request.messages)])
+            self.conversations.append([_with_image_url(m, url) for m in hf_messages(request.messages, request.system)])
         self.last: list[Turn | None] = [None] * len(requests)  # each row's previous turn (text, prompt tokens)
         self.last_prompt = [0] * len(requests)
 
