@@ -47,6 +47,7 @@ class GenerationOptions(StrictConfig):
     top_p: float = Field(1.0, gt=0, le=1)
     repetition_penalty: float = Field(1.0, gt=0)
     prompt_lookup_tokens: int = Field(10, ge=0)  # answer-turn speculation: most tokens proposed a step (0: off)
+    seed: int | None = None  # seeds torch's sampling when a session starts (serving runs a seeded request alone)
 
     def generation_config(self, tokenizer):
         from transformers import GenerationConfig
@@ -109,6 +110,8 @@ class KVSession:
         from geopilot.render import Rendered
 
         self.model, self.tokenizer, self.reuse_cache = model, tokenizer, reuse_cache
+        if options.seed is not None:
+            torch.manual_seed(options.seed)
         self.generation_config = options.generation_config(tokenizer)
         self.lookup_tokens = options.prompt_lookup_tokens
         self.logits_processor = logits_processor

@@ -203,6 +203,8 @@ def _body(model: str, conversation: list[dict], options: GenerationOptions, max_
         body["repetition_penalty"] = options.repetition_penalty  # vLLM's extra sampling parameter
     if options.min_new_tokens:
         body["min_tokens"] = options.min_new_tokens  # vLLM's
+    if options.seed is not None:
+        body["seed"] = options.seed
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
