@@ -30,15 +30,18 @@ class ClientTools:
     choice: str = "auto"  # "none" | "auto" | "required" | the name of the one function to call
     parallel: bool = True  # False: at most one call per plan
 
-    def constraint(self) -> PlanConstraint:
+    def constraint(self, registry: ToolRegistry | None = None) -> PlanConstraint:
+        """tool_choice as a PlanConstraint; with `registry`, a known tool whose params model forbids other keys
+        is also held to its own param names."""
         limit = None if self.parallel else 1
+        params = tuple((n, keys) for n in self.names if (keys := _param_names(registry, n)) is not None)
         if self.choice == "none":
-            return PlanConstraint(self.names, 0, 0)
+            return PlanConstraint(self.names, 0, 0, params)
         if self.choice == "auto":
-            return PlanConstraint(self.names, 0, limit)
+            return PlanConstraint(self.names, 0, limit, params)
         if self.choice == "required":
-            return PlanConstraint(self.names, 1, limit)
-        return PlanConstraint((self.choice,), 1, limit)
+            return PlanConstraint(self.names, 1, limit, params)
+        return PlanConstraint((self.choice,), 1, limit, params)
 
     def validate(self, action: Action, registry: ToolRegistry, modality) -> None:
         """Raises ToolCallError for a call the client did not offer, or invalid params of a known tool."""
@@ -48,6 +51,13 @@ class ClientTools:
             )
         if action.tool not in self.unknown:
             registry.validate(action, modality)
+
+
+def _param_names(registry: ToolRegistry | None, name: str) -> tuple[str, ...] | None:
+    if registry is None or name not in registry.names():
+        return None
+    schema = registry.get(name).params_model.model_json_schema()
+    return tuple(schema.get("properties", {})) if schema.get("additionalProperties") is False else None
 
 
 def tool_output(text: str) -> ToolOutput:

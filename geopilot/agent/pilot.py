@@ -212,8 +212,17 @@ class GeoPilot:
                 + (" or the tool results" if messages[-1].role == "tool" else "")
             )
         question = question_text(last_question(messages))
+        registry = self.tools if request.client_tools is not None else None
         return PreparedRequest(
-            image, messages, question, prompt, request.modality, load_seconds, request.system, request.client_tools
+            image,
+            messages,
+            question,
+            prompt,
+            request.modality,
+            load_seconds,
+            request.system,
+            request.client_tools,
+            registry,
         )
 
     def _run(

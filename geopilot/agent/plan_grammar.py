@@ -35,6 +35,10 @@ class PlanConstraint:
     tools: tuple[str, ...]  # the names a call may use (in the order the client declared them)
     min_calls: int = 0
     max_calls: int | None = None  # None: no limit
+    params: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tool, the only top-level param names it takes)
+
+    def param_names(self, tool: str) -> tuple[str, ...] | None:
+        return dict(self.params).get(tool)
 
     def problem(self, plan: AssistantMessage) -> str | None:
         """What the parsed `plan` does that the constraint forbids (checked also where decoding was not
@@ -57,7 +61,7 @@ class PlanState:
     obj (expecting), arr (expecting), num (text), space (an optional leading space), field (null or a string)."""
 
     def __init__(self, constraint: PlanConstraint):
-        self.constraint, self.calls = constraint, 0
+        self.constraint, self.calls, self.tool = constraint, 0, ""
         self.stack: list[list] = [
             ["lit", "}", 0],
             ["field"],
@@ -135,13 +139,17 @@ class PlanState:
         return char >= " "
 
     def _name(self, frame, char: str) -> bool:
+        """A tool name (one of the constraint's), or a param name (`frame[2]`: the tool's own, when it says)."""
+        names = frame[2] if len(frame) > 2 else self.constraint.tools
         if char == '"':
-            if frame[1] not in self.constraint.tools:
+            if frame[1] not in names:
                 return False
+            if len(frame) == 2:
+                self.tool = frame[1]
             self.stack.pop()
             return True
         frame[1] += char
-        return any(name.startswith(frame[1]) for name in self.constraint.tools)
+        return any(name.startswith(frame[1]) for name in names)
 
     def _calls(self, frame, char: str) -> bool:
         count, expecting = frame[1], frame[2]
@@ -172,10 +180,11 @@ class PlanState:
         return False
 
     def _value(self, frame, char: str) -> bool:
-        object_only = frame[1]
+        object_only = frame[1]  # True: a call's params, whose names the tool may fix
         self.stack.pop()
         if char == "{":
-            self.stack.append(["obj", "first"])
+            names = self.constraint.param_names(self.tool) if object_only is True else None
+            self.stack.append(["obj", "first"] + ([names] if names is not None else []))
             return True
         if object_only:
             return False
@@ -196,9 +205,10 @@ class PlanState:
         if char == "}" and expecting in ("first", "sep"):
             self.stack.pop()
             return True
-        if char == '"' and expecting in ("first", "key"):
+        if char == '"' and expecting in ("first", "key") and (len(frame) == 2 or frame[2]):
             frame[1] = "sep"
-            self.stack += [["value", False], ["lit", ":", 0], ["str", 0]]
+            key = ["name", "", frame[2]] if len(frame) > 2 else ["str", 0]
+            self.stack += [["value", False], ["lit", ":", 0], key]
             return True
         if char == "," and expecting == "sep":
             frame[1] = "key"
@@ -232,7 +242,8 @@ class PlanState:
                 opened = "?" if len(frame) > 2 else ""
                 out.append(opened + {-1: 'n"', 0: '"'}.get(frame[1], "0" * max(frame[1], 0) + '"'))
             elif kind == "name":
-                match = next(n for n in self.constraint.tools if n.startswith(frame[1]))
+                names = frame[2] if len(frame) > 2 else self.constraint.tools
+                match = next(n for n in names if n.startswith(frame[1]))
                 out.append(match[len(frame[1]) :] + '"')
             elif kind == "calls":
                 needed = frame[2] == "open" or (frame[2] == "first" and frame[1] < self.constraint.min_calls)
@@ -241,7 +252,10 @@ class PlanState:
             elif kind == "value":
                 out.append("{}" if frame[1] else "null")
             elif kind == "obj":
-                out.append('"_":null}' if frame[1] == "key" else "}")
+                if frame[1] != "key":
+                    out.append("}")
+                else:  # after a comma, so a name was allowed before: one is allowed again
+                    out.append('"' + (frame[2][0] if len(frame) > 2 else "_") + '":null}')
             elif kind == "arr":
                 out.append("]")
             elif kind == "num":

@@ -52,11 +52,12 @@ class PreparedRequest:
         load_seconds: float,
         system: str | None = None,
         client_tools: ClientTools | None = None,
+        registry=None,  # the tool registry: held to their param names, the plan's calls of known tools
     ):
         self.image, self.messages, self.question = image, messages, question
         self.prompt, self.load_seconds = prompt, load_seconds
         self.system, self.client_tools = system, client_tools
-        self.constraint = None if client_tools is None else client_tools.constraint()
+        self.constraint = None if client_tools is None else client_tools.constraint(registry)
         self.gate = declared  # tool calls are checked against a declared modality only
         self.modality = declared or infer_modality(image)
 
