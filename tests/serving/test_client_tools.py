@@ -7,13 +7,12 @@ import json
 
 import httpx
 import pytest
-from helpers.serving import KEY, MODEL, Detector, ScriptSession, image_message, serving
-from openai import BadRequestError, OpenAI
+from helpers.serving import KEY, MODEL, image_message
+from openai import BadRequestError
 
 from geopilot.render import render_turns
 from geopilot.sample import AssistantMessage, ToolMessage, UserMessage
 from geopilot.tool_output import Detection, ToolOutput
-from geopilot.tool_protocol import ToolRegistry
 from geopilot.wire import chat_turns
 
 DETECT = {
@@ -27,31 +26,6 @@ DETECT = {
 OUTPUT = ToolOutput(detections=[Detection(label="plane", box=(0.1, 0.2, 0.3, 0.4), score=0.9)])
 
 
-@pytest.fixture
-def recording(tiny):
-    """make(**config) -> (client, prompts): a server around a scripted pilot that records every prompt it renders."""
-    from geopilot.agent import GeoPilot
-    from geopilot.serving.api import create_app
-    from geopilot.serving.config import ServeConfig
-
-    stack, prompts = [], []
-
-    def factory(batch, pixels, options):
-        prompts.extend(batch)
-        return ScriptSession(tiny[1].tokenizer, batch, 0.0)
-
-    def make(**config):
-        pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([Detector()]), session_factory=factory)
-        context = serving(create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, **config)))
-        url = context.__enter__()
-        stack.append(context)
-        return OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0), prompts
-
-    yield make
-    for context in stack:
-        context.__exit__(None, None, None)
-
-
 def answer_messages(question: str, reply, output: ToolOutput = OUTPUT) -> list[dict]:
     message = reply.choices[0].message
     return image_message(question) + [
@@ -61,7 +35,7 @@ def answer_messages(question: str, reply, output: ToolOutput = OUTPUT) -> list[d
 
 
 def test_the_plan_comes_back_as_tool_calls_and_the_results_give_the_answer(recording, tiny):
-    client, prompts = recording()
+    client, seen = recording()
     reply = client.chat.completions.create(model=MODEL, messages=image_message("TOOL: how many?"), tools=[DETECT])
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -86,7 +60,7 @@ def test_the_plan_comes_back_as_tool_calls_and_the_results_give_the_answer(recor
         ToolMessage(name="detect_objects", content=OUTPUT),
     ]
     image_tokens = GeoPilotImageTokens(tiny)
-    assert prompts[-1] == render_turns(chat_turns(expected), tiny[1].tokenizer, image_tokens).input_ids
+    assert seen[-1][0] == render_turns(chat_turns(expected), tiny[1].tokenizer, image_tokens).input_ids
 
 
 def GeoPilotImageTokens(tiny) -> int:  # noqa: N802 - reads as the value it is
@@ -154,9 +128,9 @@ def test_unknown_tools_are_refused_unless_allowed_and_then_described_in_the_syst
     with pytest.raises(BadRequestError) as refused:
         client.chat.completions.create(model=MODEL, messages=image_message("hi"), tools=[DETECT, other])
     assert "count_cars" in refused.value.message and "detect_objects" in refused.value.message
-    allowing, prompts = recording(allow_unknown_tools=True)
+    allowing, seen = recording(allow_unknown_tools=True)
     allowing.chat.completions.create(model=MODEL, messages=image_message("hi"), tools=[DETECT, other])
-    text = tiny[1].tokenizer.decode(prompts[-1])
+    text = tiny[1].tokenizer.decode(seen[-1][0])
     assert "count_cars" in text and "not trained" in text
 
 
