@@ -1,4 +1,4 @@
-"""Turn generation on one KV cache (DESIGN §7): encode the image once, generate the think turn, then feed only
+"""Turn generation on one KV cache (docs/design.md §7): encode the image once, generate the think turn, then feed only
 the new user-turn tokens (tool outputs, a repair request) and generate the next turn from the same cache.
 
     session = KVSession(model, tokenizer, prompts, pixel_values, GenerationOptions())

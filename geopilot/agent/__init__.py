@@ -1,4 +1,4 @@
-"""The agent (paper Algorithm 1, DESIGN §7): `GeoPilot.from_pretrained(dir).chat(image, query) -> ChatResult`.
+"""The agent (paper Algorithm 1, docs/design.md §7): `GeoPilot.from_pretrained(dir).chat(image, query) -> ChatResult`.
 
 One chat: load the image once; generate the think turn; parse it (`geopilot.plan_parser`); validate each call
 against the registry (unknown tool, invalid params, wrong modality); run the calls (per-call timeout, failures
