@@ -51,7 +51,7 @@ EXTRAS = {
         "pyogrio>=0.10",
     ],  # GeoTIFF input; the indicator tools (zonal stats, areas)
     "data": ["aiohttp>=3.9", "defusedxml>=0.7"],  # aiohttp: httpx was 4x slower at 32 requests in flight
-    "serve": ["fschat==0.2.36", "fastapi>=0.115", "uvicorn>=0.30", "httpx>=0.27"],
+    "serve": ["fschat==0.2.36", "fastapi>=0.115", "uvicorn>=0.30", "httpx>=0.27", "openai>=2.52"],
     "dev": [
         "pytest>=9",
         "hypothesis>=6.100",
@@ -62,7 +62,7 @@ EXTRAS = {
         "openai>=1.50",
         "selenium>=4.20",
     ],  # caption-metric parity test
-    "eval": ["matplotlib>=3.8", "httpx>=0.27"],  # leaderboard PNG; the OpenAI-compatible agent's client
+    "eval": ["matplotlib>=3.8", "openai>=2.52"],  # leaderboard PNG; the OpenAI-compatible agent's client
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 

@@ -1,4 +1,4 @@
-"""Train GeoPilot: one stage of the two-stage curriculum (DESIGN §6), resumable, on 1..N processes.
+"""Train GeoPilot: one stage of the two-stage curriculum (docs/design.md §6), resumable, on 1..N processes.
 
     python train.py --config configs/tiny/stage1.yaml [key=value ...]
     torchrun --nproc_per_node 8 train.py --config configs/stage2.yaml

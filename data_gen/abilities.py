@@ -1,6 +1,6 @@
 """The abilities of the paper's Table 2 and what each one asks of a source annotation record.
 
-`ABILITIES` is the one table: ability name -> the task-level tool it trains (per modality, DESIGN §4), the Table 2
+`ABILITIES` is the one table: ability name -> the task-level tool it trains (per modality, docs/design.md §4), the Table 2
 title, and which records can feed it. `plan_target` turns one record into the *target* of one sample: the canonical
 tool call (params consistent with the annotation) plus the descriptive facts the query and answer are written from.
 """
@@ -94,7 +94,7 @@ ABILITIES: dict[str, AbilitySpec] = {
     ]
 }
 
-# Tools whose params name categories / an expression / classes (DESIGN §4); the rest take no params.
+# Tools whose params name categories / an expression / classes (docs/design.md §4); the rest take no params.
 CATEGORY_TOOLS = {"detect_objects", "segment_instances"}
 EXPRESSION_TOOLS = {"ground", "segment_referring", "sar_ground"}
 CLASS_TOOLS = {"segment_semantic"}

@@ -152,7 +152,9 @@ class OpenAIClient:
     """An OpenAI-compatible chat endpoint. `url` is the API base (e.g. `http://127.0.0.1:8000/v1`).
 
     The client is aiohttp: at 32 requests in flight httpx 0.28 spent 9-10 s of CPU in its connection pool for 256
-    loopback requests that aiohttp served in 2.1-2.3 s (200 ms latency each; 1.6 s is the floor).
+    loopback requests that aiohttp served in 2.1-2.3 s (200 ms latency each; 1.6 s is the floor), and the shared
+    openai SDK client (`geopilot.llm_client`) took 1.38x (aiohttp transport) / 1.58x (httpx2) this client's time
+    (benchmarks/llm_client_throughput.py, docs/benchmarks.md): over issue 25's 20 % limit, so it stays.
     """
 
     name = "openai"

@@ -238,11 +238,12 @@ class OpenAIAgent:
             key = os.environ.get(api_key_env)
             if not key:
                 raise GeoPilotInputError(f"--api-key-env {api_key_env}: the environment variable is not set")
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        import openai  # noqa: F401 - its import (about a second) is paid here, not inside a request's deadline
+
+        self.base_url, self.key = base_url.rstrip("/"), key
         self.model, self.registry, self.tools_as = model, registry, tools_as
         self.temperature, self.max_tokens, self.retries = temperature, max_tokens, retries
         self.timeout_s, self.max_response_bytes = timeout_s, max_response_bytes
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.system = tool_prompt(registry) if tools_as == "prompt" else OPENAI_SYSTEM
         self.functions = openai_tools(registry) if tools_as == "openai" else None
         self.prompt_hash = sha256_text(
@@ -258,49 +259,46 @@ class OpenAIAgent:
         }
 
     def _post(self, body: dict) -> dict:
-        import httpx
+        """One chat completion through the shared client (`geopilot.llm_client`: the SDK's retries of 429 with
+        Retry-After, 5xx and dropped connections); endpoint failures are InfraErrors of this row."""
+        from openai import APIStatusError, OpenAIError
 
-        problem = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(0.25 * 2**attempt, 4.0))
-            try:
-                status, raw = asyncio.run(self._exchange(body))
-            except (TimeoutError, httpx.TimeoutException):
-                problem = f"timed out after {self.timeout_s:g} s"
-                continue
-            except httpx.HTTPError as err:
-                problem = f"{type(err).__name__}: {err}"
-                continue
-            if status == 429 or status >= 500:
-                problem = f"HTTP {status}"
-                continue
-            if status >= 400:
-                raise InfraError(f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
-            try:
-                return json.loads(raw)
-            except (ValueError, RecursionError):
-                raise InfraError("the endpoint returned a body that is not JSON") from None
-        raise InfraError(f"{problem} (after {self.retries + 1} attempts)")
+        from geopilot.llm_client import describe
 
-    async def _exchange(self, body: dict) -> tuple[int, bytes]:
-        """One POST, all of it (connect, wait, every byte of the reply) within `timeout_s`: httpx's own timeout is
-        per read, so a server dripping a byte a second would never trip it. A reply over `max_response_bytes` is
-        an InfraError (not retried) before more of it is read."""
-        import httpx
+        try:
+            raw = asyncio.run(self._exchange(body))
+        except TimeoutError:
+            raise InfraError(
+                f"timed out after {self.timeout_s:g} s per attempt ({self.retries + 1} attempts)"
+            ) from None
+        except APIStatusError as err:
+            raise InfraError(describe(err)) from None
+        except OpenAIError as err:
+            raise InfraError(f"{describe(err)} (after {self.retries + 1} attempts)") from None
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise InfraError("the endpoint returned a body that is not JSON") from None
 
-        async with asyncio.timeout(self.timeout_s):
-            async with (
-                httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client,
-                client.stream("POST", self.url, json=body) as response,
-            ):
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > self.max_response_bytes:
-                        raise InfraError(f"the reply is over {self.max_response_bytes:,} bytes; not read further")
-                    chunks.append(chunk)
-                return response.status_code, b"".join(chunks)
+    async def _exchange(self, body: dict) -> bytes:
+        """One request, all of it (connect, every byte of the reply) within `timeout_s` per attempt, the SDK's
+        retries included: a per-read timeout alone would never trip on a server dripping a byte a second. A reply
+        over `max_response_bytes` is an InfraError (not retried) before more of it is read."""
+        from geopilot.llm_client import async_client
+
+        client = async_client(self.base_url, self.key, timeout_s=self.timeout_s, max_retries=self.retries)
+        try:
+            async with asyncio.timeout(self.timeout_s * (self.retries + 1)):
+                async with client.chat.completions.with_streaming_response.create(**body) as response:
+                    chunks, size = [], 0
+                    async for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > self.max_response_bytes:
+                            raise InfraError(f"the reply is over {self.max_response_bytes:,} bytes; not read further")
+                        chunks.append(chunk)
+                    return b"".join(chunks)
+        finally:
+            await client.close()
 
     def _ask(self, messages: list[dict], seed: int) -> Reply:
         body: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Turn generation on one KV cache (DESIGN §7): encode the image once, generate the think turn, then feed only
+"""Turn generation on one KV cache (docs/design.md §7): encode the image once, generate the think turn, then feed only
 the new user-turn tokens (tool outputs, a repair request) and generate the next turn from the same cache.
 
     session = KVSession(model, tokenizer, prompts, pixel_values, GenerationOptions())
@@ -47,6 +47,7 @@ class GenerationOptions(StrictConfig):
     top_p: float = Field(1.0, gt=0, le=1)
     repetition_penalty: float = Field(1.0, gt=0)
     prompt_lookup_tokens: int = Field(10, ge=0)  # answer-turn speculation: most tokens proposed a step (0: off)
+    seed: int | None = None  # seeds torch's sampling when a session starts (serving runs a seeded request alone)
 
     def generation_config(self, tokenizer):
         from transformers import GenerationConfig
@@ -109,6 +110,8 @@ class KVSession:
         from geopilot.render import Rendered
 
         self.model, self.tokenizer, self.reuse_cache = model, tokenizer, reuse_cache
+        if options.seed is not None:
+            torch.manual_seed(options.seed)
         self.generation_config = options.generation_config(tokenizer)
         self.lookup_tokens = options.prompt_lookup_tokens
         self.logits_processor = logits_processor
@@ -147,6 +150,24 @@ class KVSession:
             self.cache.batch_select_indices(selected)
         self.lacks_eos = [self.lacks_eos[i] for i in index]
         self.rows = rows
+
+    def fork(self, row: int) -> KVSession:
+        """A one-row session continuing `row` (a live row, after at least one turn) on a copy of its part of the
+        cache; this session is left as it is. Client-run tools park a finished think turn this way."""
+        import torch
+
+        if not self.started or row not in self.rows:
+            raise ValueError(f"row {row} is not a live row of a started session (live: {self.rows})")
+        index = self.rows.index(row)
+        selected = torch.tensor([index], device=self.sequences.device)
+        twin = copy.copy(self)
+        twin.sequences, twin.mask = self.sequences[selected], self.mask[selected]
+        twin.pixel_values = self.pixel_values[selected]
+        twin.cache = copy.copy(self.cache)
+        twin.cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        twin.cache.batch_select_indices(selected)  # new tensors: the layers' own are not touched
+        twin.rows, twin.lacks_eos, twin.image_outputs = [0], [self.lacks_eos[index]], None
+        return twin
 
     def _append(self, tails: list[list[int]]) -> list[int]:
         """Append each row's new tokens (after a </s> if its last turn was cut off), left-padded to one width."""

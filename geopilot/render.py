@@ -2,7 +2,7 @@
 
 Labels cover exactly the assistant turns (` {json}</s>`), everything else is -100. Because the ids are built
 piece by piece, the loss mask is right by construction: there is no search for separators afterwards (the LLaVA
-"tokenization mismatch" that silently zeroes samples cannot happen). Segment boundaries, per DESIGN §3:
+"tokenization mismatch" that silently zeroes samples cannot happen). Segment boundaries, per docs/design.md §3:
 
     <s> | ␣SYSTEM USER: | <image> x N | \n{question} ASSISTANT: | ␣{json}</s> | USER: ... ASSISTANT: | ...
 

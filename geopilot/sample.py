@@ -1,4 +1,4 @@
-"""The one sample format (DESIGN §3), shared by data_gen, training, evaluation and inference.
+"""The one sample format (docs/design.md §3), shared by data_gen, training, evaluation and inference.
 
 A sample is one JSON object per JSONL line. `load_samples` streams a file and either rejects the first bad
 line (default) or skips and counts bad lines; every error names the sample id, the line and the field.

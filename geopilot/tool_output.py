@@ -1,4 +1,4 @@
-"""Canonical tool outputs (DESIGN §4): what every backend returns and what samples store.
+"""Canonical tool outputs (docs/design.md §4): what every backend returns and what samples store.
 
 Boxes are `[x1, y1, x2, y2]` normalised to [0, 1], rounded to 3 decimals, with x1 < x2 and y1 < y2.
 Masks are COCO RLE and never reach the LLM: `llm_view` reduces an output to counts, labels, areas and boxes.

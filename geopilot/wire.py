@@ -1,4 +1,4 @@
-"""The wire format: the exact text the LLM reads and writes (DESIGN §3).
+"""The wire format: the exact text the LLM reads and writes (docs/design.md §3).
 
 Vicuna v1: `<s> {SYSTEM} USER: <image>\n{q} ASSISTANT: {json}</s>USER: {tool text} ASSISTANT: {json}</s>`
 (`geopilot.render` writes it segment by segment, `geopilot.chat_template.CHAT_TEMPLATE` as one string).

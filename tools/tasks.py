@@ -1,4 +1,4 @@
-"""The ten task-level tools the model emits (DESIGN §4): input models, descriptions, and the Tool that runs them.
+"""The ten task-level tools the model emits (docs/design.md §4): input models, descriptions, and the Tool that runs them.
 
 A `TaskTool` is a `geopilot.tool_protocol.Tool`: it checks the image size, asks its backend (loaded on first use)
 for the canonical output, and adds GeoJSON in map coordinates when the image is georeferenced. Which backend
@@ -91,7 +91,7 @@ class TaskSpec:
     params_model: type[BaseModel]
 
 
-# The ten task-level tools, in DESIGN §4 order. Names and params are what the model is trained to emit.
+# The ten task-level tools, in docs/design.md §4 order. Names and params are what the model is trained to emit.
 TASKS: list[TaskSpec] = [
     TaskSpec(
         "detect_objects",

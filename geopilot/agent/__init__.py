@@ -1,4 +1,4 @@
-"""The agent (paper Algorithm 1, DESIGN §7): `GeoPilot.from_pretrained(dir).chat(image, query) -> ChatResult`.
+"""The agent (paper Algorithm 1, docs/design.md §7): `GeoPilot.from_pretrained(dir).chat(image, query) -> ChatResult`.
 
 One chat: load the image once; generate the think turn; parse it (`geopilot.plan_parser`); validate each call
 against the registry (unknown tool, invalid params, wrong modality); run the calls (per-call timeout, failures
@@ -15,10 +15,14 @@ inferred from the pixels (`geopilot.image.infer_modality`: no colour -> SAR) and
 
 One file each: `requests` (input checks), `results` (what a chat returns), `loop` (one request's loop, fed a turn
 at a time), `engine` (the engine protocol + the in-process KV-cache engine), `http_engine` (an OpenAI-compatible
-server as the engine), `streaming` (`chat_stream`), `pilot` (`GeoPilot`: the one loop over either engine).
+server as the engine), `streaming` (`chat_stream`), `pilot` (`GeoPilot`: the one loop over either engine),
+`client_tools` + `plan_grammar` + `prefix_cache` (client-run tools: the plan handed back, decoded inside the
+grammar `tool_choice` allows, its KV cache kept for the request that brings the results).
 """
 
+from geopilot.agent.client_tools import ClientTools
 from geopilot.agent.pilot import DEFAULT_CHAT_TIMEOUT_S, MIN_TURN_TOKENS, GeoPilot
+from geopilot.agent.prefix_cache import PrefixCache
 from geopilot.agent.requests import ChatRequest
 from geopilot.agent.results import ChatResult, Timings, TokenCounts, ToolCallRecord, TurnRecord
 from geopilot.agent.streaming import AnswerStream
@@ -30,8 +34,10 @@ __all__ = [
     "AnswerStream",
     "ChatRequest",
     "ChatResult",
+    "ClientTools",
     "GenerationOptions",
     "GeoPilot",
+    "PrefixCache",
     "TokenCounts",
     "Timings",
     "ToolCallRecord",

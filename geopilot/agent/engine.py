@@ -3,7 +3,9 @@ session generates the next turn of the rows still talking, given the user turn (
 each row reads first. `GeoPilot` runs its one loop over either engine:
 
 - `LocalEngine`: the model in this process, one KV cache for the batch (`geopilot.generation.KVSession`): later
-  turns prefill only the new user turn.
+  turns prefill only the new user turn. With a `PrefixCache`, a think turn whose calls a client runs is parked,
+  and the request bringing their results continues from it (`geopilot.agent.prefix_cache`); the plans of
+  client-run tools are decoded inside the plan grammar (`geopilot.agent.plan_grammar`).
 - `HttpEngine` (`geopilot.agent.http_engine`): an OpenAI-compatible server (vLLM, `geopilot serve`) renders and
   generates each turn from the whole conversation.
 """
@@ -14,8 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from geopilot.agent.plan_grammar import ConstrainedPlans
+from geopilot.agent.prefix_cache import PrefixCache, prefix_key
 from geopilot.agent.requests import PreparedRequest
 from geopilot.generation import GenerationOptions, KVSession, Turn
+from geopilot.wire import SYSTEM_PROMPT
 
 TextSink = Callable[[str], None]
 SessionFactory = Callable[[list[list[int]], Any, GenerationOptions], Any]  # (prompts, pixel values, options)
@@ -41,7 +46,7 @@ class TurnSession(Protocol):
 class Engine(Protocol):
     context_length: int | None  # the model's context in tokens; None: unknown here (the server enforces its own)
 
-    def prompt_tokens(self, messages: list) -> list[int]:
+    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
         """The first prompt's token ids (empty where the server renders it); used for the context check."""
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> TurnSession:
@@ -49,13 +54,15 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """The model and processor in this process. `session_factory` swaps the KV session (tests, benchmarks)."""
+    """The model and processor in this process. `session_factory` swaps the KV session (tests, benchmarks);
+    `prefix_cache` keeps the think turns of client-run tools for the requests that bring their results."""
 
-    def __init__(self, model, processor, session_factory: SessionFactory | None = None):
+    def __init__(self, model, processor, session_factory: SessionFactory | None = None, prefix_cache=None):
         from geopilot.model import num_image_tokens
 
         self.model, self.processor, self.tokenizer = model, processor, processor.tokenizer
         self.image_tokens = num_image_tokens(model.config)
+        self.prefix_cache: PrefixCache | None = prefix_cache
         self.session_factory = session_factory or (
             lambda prompts, pixels, options: KVSession(model, self.tokenizer, prompts, pixels, options)
         )
@@ -64,27 +71,68 @@ class LocalEngine:
     def context_length(self) -> int:
         return self.model.config.text_config.max_position_embeddings
 
-    def prompt_tokens(self, messages: list) -> list[int]:
+    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
         from geopilot.render import render_turns
         from geopilot.wire import chat_turns
 
-        return render_turns(chat_turns(messages), self.tokenizer, self.image_tokens).input_ids
+        return render_turns(chat_turns(messages), self.tokenizer, self.image_tokens, system=_system(system)).input_ids
 
-    def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> LocalSession:
+    def prefix_key(self, request: PreparedRequest, messages: list) -> str:
+        """The prefix cache's key of `messages` (ending with a plan) on `request`'s image and system prompt."""
+        from geopilot.render import render_text
+        from geopilot.wire import chat_turns
+
+        rendered = render_text(chat_turns(messages), self.tokenizer, _system(request.system))
+        return prefix_key(request.image, request.system, rendered)
+
+    def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None):
         from geopilot.batch import pixel_values
+        from geopilot.wire import chat_turns
 
-        started = time.perf_counter()
-        pixels = pixel_values(self.processor, [r.image.image for r in requests])
-        preprocess_seconds = time.perf_counter() - started
-        session = self.session_factory([r.prompt for r in requests], pixels, options)
-        return LocalSession(session, self.tokenizer, preprocess_seconds)
+        resumed: dict[int, LocalSession] = {}
+        for index, request in enumerate(requests):
+            if self.prefix_cache is None or request.messages[-1].role != "tool":
+                continue
+            plan_at = max(i for i, m in enumerate(request.messages) if m.role == "assistant")
+            session = self.prefix_cache.take(self.prefix_key(request, request.messages[: plan_at + 1]))
+            if session is not None:  # continue the parked think turn: prefill only the tool turn
+                session.generation_config = options.generation_config(self.tokenizer)
+                session.lookup_tokens = options.prompt_lookup_tokens
+                tool_turn = chat_turns(request.messages)[-1][1]
+                resumed[index] = LocalSession(session, self, 0.0, [request], first_turn=tool_turn)
+        fresh = [i for i in range(len(requests)) if i not in resumed]
+        groups: list[tuple[LocalSession, list[int]]] = []
+        if fresh:
+            started = time.perf_counter()
+            pixels = pixel_values(self.processor, [requests[i].image.image for i in fresh])
+            preprocess_seconds = time.perf_counter() - started
+            session = self.session_factory([requests[i].prompt for i in fresh], pixels, options)
+            groups.append((LocalSession(session, self, preprocess_seconds, [requests[i] for i in fresh]), fresh))
+        if not resumed:
+            return groups[0][0]
+        return RowGroups(groups + [(session, [index]) for index, session in resumed.items()])
+
+
+def _system(system: str | None) -> str:
+    return SYSTEM_PROMPT if system is None else system
 
 
 class LocalSession:
-    """A KV session behind the text interface: user turns are encoded here (once each) as the template writes them."""
+    """A KV session behind the text interface: user turns are encoded here (once each) as the template writes them;
+    constrained rows (client-run tools) decode inside the plan grammar. `first_turn`: the user turn a resumed
+    session reads before its first generated turn."""
 
-    def __init__(self, session, tokenizer, preprocess_seconds: float):
-        self.session, self.tokenizer, self.preprocess_seconds = session, tokenizer, preprocess_seconds
+    def __init__(
+        self,
+        session,
+        engine: LocalEngine,
+        preprocess_seconds: float,
+        requests: list[PreparedRequest],
+        first_turn: str | None = None,
+    ):
+        self.session, self.engine, self.tokenizer = session, engine, engine.tokenizer
+        self.preprocess_seconds, self.requests, self.first_turn = preprocess_seconds, requests, first_turn
+        self.base_processor = getattr(session, "logits_processor", None)
         self._encoded: dict[str, list[int]] = {}
 
     @property
@@ -105,7 +153,63 @@ class LocalSession:
     def generate(
         self, rows: list[int], user_turns: list[str] | None, stream: TextSink | None, max_new_tokens: int | None
     ) -> list[Turn]:
+        if user_turns is None and self.first_turn is not None:
+            user_turns, self.first_turn = [self.first_turn] * len(rows), None
         tails = None if user_turns is None else [self._ids(text) for text in user_turns]
         self._encoded.clear()
         limit = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        self._constrain(rows, max_new_tokens)
         return self.session.generate(rows, tails, stream=stream, **limit)
+
+    def _constrain(self, rows: list[int], max_new_tokens: int | None) -> None:
+        """Steer this turn's constrained rows with a fresh ConstrainedPlans (the session's own processors kept)."""
+        constraints = [self.requests[row].constraint for row in rows]
+        config = getattr(self.session, "generation_config", None)
+        if all(c is None for c in constraints) or config is None:
+            if config is not None:
+                self.session.logits_processor = self.base_processor
+            return
+        from transformers import LogitsProcessorList
+
+        limit = min(config.max_new_tokens, max_new_tokens or config.max_new_tokens)
+        steering = ConstrainedPlans(constraints, self.tokenizer, limit)
+        self.session.logits_processor = LogitsProcessorList([*(self.base_processor or []), steering])
+
+    def park(self, row: int, key: str) -> bool:
+        """Keep `row`'s cache in the engine's prefix cache under `key`; False where there is none to keep."""
+        cache, fork = self.engine.prefix_cache, getattr(self.session, "fork", None)
+        if cache is None or fork is None:
+            return False
+        cache.park(key, fork(row))
+        return True
+
+
+class RowGroups:
+    """Sessions side by side: the fresh rows of a batch share one, each resumed row has its own. `groups` pairs a
+    session with the batch rows it holds (its row i is batch row `rows[i]`)."""
+
+    def __init__(self, groups: list[tuple[LocalSession, list[int]]]):
+        self.groups = groups
+
+    @property
+    def encode_seconds(self) -> float:
+        return sum(session.encode_seconds for session, _ in self.groups)
+
+    def user_turn_tokens(self, text: str) -> int:
+        return self.groups[0][0].user_turn_tokens(text)
+
+    def generate(self, rows, user_turns, stream, max_new_tokens) -> list[Turn]:
+        turns: dict[int, Turn] = {}
+        for session, members in self.groups:
+            mine = [row for row in rows if row in members]
+            if not mine:
+                continue
+            texts = None if user_turns is None else [user_turns[rows.index(row)] for row in mine]
+            local = [members.index(row) for row in mine]
+            out = session.generate(local, texts, stream if len(rows) == 1 else None, max_new_tokens)
+            turns.update(zip(mine, out, strict=True))
+        return [turns[row] for row in rows]
+
+    def park(self, row: int, key: str) -> bool:
+        session, members = next((s, m) for s, m in self.groups if row in m)
+        return session.park(members.index(row), key)

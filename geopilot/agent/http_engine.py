@@ -12,14 +12,14 @@ vLLM does). The rows of a batch are sent concurrently, for the server to batch. 
 chat's deadline. Token counts come from the server's `usage`; the context check uses the model's context length
 (given, or the server's `max_model_len` from /models) and, for the user turns, the model folder's tokenizer when
 `model` is a local folder, else a bound of one token per two bytes. A turn cut short by the deadline ends the chat
-as `deadline`, as in process.
+as `deadline`, as in process. Requests go through the shared `openai` SDK client (`geopilot.llm_client`): its
+retries (429 with Retry-After, 5xx, dropped connections) within the chat's deadline, its timeouts, its streaming.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,10 +48,13 @@ class HttpEngine:
         timeout_s: float = 300.0,
         max_parallel: int = 16,
         context_length: int | None = None,
+        max_retries: int = 2,
     ):
+        from geopilot.llm_client import sync_client
+
         self.base_url, self.model = base_url.rstrip("/"), model
         self.timeout_s, self.max_parallel = timeout_s, max_parallel
-        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = sync_client(self.base_url, api_key, timeout_s=timeout_s, max_retries=max_retries)
         self.tokenizer = _local_tokenizer(model)
         self._context_length = context_length
 
@@ -63,23 +66,19 @@ class HttpEngine:
 
     def _served_context_length(self) -> int:
         """vLLM lists `max_model_len` per model on /models; 0 (unknown) when the server does not say."""
-        import httpx
+        from openai import OpenAIError
 
         try:
-            response = httpx.get(f"{self.base_url}/models", headers=self.headers, timeout=min(10.0, self.timeout_s))
-            entries = response.json().get("data") or [] if response.status_code == 200 else []
-        except (httpx.HTTPError, ValueError, AttributeError):
+            entries = list(self.client.with_options(timeout=min(10.0, self.timeout_s), max_retries=0).models.list())
+        except (OpenAIError, ValueError, TypeError):
             return 0
         for entry in entries:
-            if (
-                isinstance(entry, dict)
-                and entry.get("id") == self.model
-                and isinstance(entry.get("max_model_len"), int)
-            ):
-                return entry["max_model_len"]
+            length = (entry.model_extra or {}).get("max_model_len")
+            if entry.id == self.model and isinstance(length, int):
+                return length
         return 0
 
-    def prompt_tokens(self, messages: list) -> list[int]:
+    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
         return []  # the server renders the prompt (image tokens included) and refuses one over its context
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> HttpSession:
@@ -94,7 +93,7 @@ class HttpSession:
         self.conversations = []
         for request in requests:
             url = _png_data_url(request.image)
-            self.conversations.append([_with_image_url(m, url) for m in hf_messages(request.messages)])
+            self.conversations.append([_with_image_url(m, url) for m in hf_messages(request.messages, request.system)])
         self.last: list[Turn | None] = [None] * len(requests)  # each row's previous turn (text, prompt tokens)
         self.last_prompt = [0] * len(requests)
 
@@ -145,49 +144,45 @@ class HttpSession:
         return min(self.engine.timeout_s, left), left < self.engine.timeout_s
 
     def _post(self, body: dict, stream) -> tuple[str, str | None, dict]:
-        import httpx
+        from openai import APITimeoutError, OpenAIError
 
-        url = f"{self.engine.base_url}/chat/completions"
         timeout, by_deadline = self._timeout()
+        # retries only while the chat's deadline is far: a retry would run past it
+        client = self.engine.client.with_options(timeout=timeout, **({"max_retries": 0} if by_deadline else {}))
         try:
             if stream is None:
-                response = httpx.post(url, json=body, headers=self.engine.headers, timeout=timeout)
-                _raise_for(response)
-                data = response.json()
-                choice = data["choices"][0]
-                return choice["message"]["content"] or "", choice.get("finish_reason"), data.get("usage") or {}
-            return self._stream(url, body, stream, timeout)
-        except httpx.TimeoutException as err:
+                reply = client.chat.completions.create(**body)
+                choice = reply.choices[0]
+                return choice.message.content or "", choice.finish_reason, _usage(reply.usage)
+            return self._stream(client, body, stream)
+        except APITimeoutError as err:
             if by_deadline:
                 raise TurnDeadline(f"the turn ran into the chat's deadline ({timeout:.1f} s left)") from None
-            raise EndpointError(f"{url}: {type(err).__name__}: {err}") from None
-        except httpx.HTTPError as err:
-            raise EndpointError(f"{url}: {type(err).__name__}: {err}") from None
-        except (KeyError, IndexError, TypeError, json.JSONDecodeError) as err:
-            raise EndpointError(f"{url}: not an OpenAI chat completion ({type(err).__name__}: {err})") from None
+            raise EndpointError(f"{self.engine.base_url}: {type(err).__name__}: {err}") from None
+        except OpenAIError as err:
+            from geopilot.llm_client import describe
 
-    def _stream(self, url: str, body: dict, on_text, timeout: float) -> tuple[str, str | None, dict]:
-        import httpx
+            raise EndpointError(f"{self.engine.base_url}: {describe(err)}") from None
+        except (IndexError, AttributeError, TypeError) as err:
+            raise EndpointError(
+                f"{self.engine.base_url}: not an OpenAI chat completion ({type(err).__name__}: {err})"
+            ) from None
 
+    def _stream(self, client, body: dict, on_text) -> tuple[str, str | None, dict]:
         text, finish, usage = "", None, {}
-        with httpx.stream("POST", url, json=body, headers=self.engine.headers, timeout=timeout) as response:
-            if response.status_code != 200:
-                response.read()
-                _raise_for(response)
-            for line in response.iter_lines():
-                if not line.startswith("data:") or line.strip() == "data: [DONE]":
-                    continue
-                event = json.loads(line[5:])
-                if "error" in event:
-                    raise EndpointError(f"{url}: {event['error']}")
-                usage = event.get("usage") or usage
-                for choice in event.get("choices") or []:
-                    piece = (choice.get("delta") or {}).get("content") or ""
-                    if piece:
-                        text += piece
-                        on_text(piece)
-                    finish = choice.get("finish_reason") or finish
+        for event in client.chat.completions.create(**body):
+            usage = _usage(event.usage) or usage
+            for choice in event.choices or []:
+                piece = choice.delta.content if choice.delta is not None else None
+                if piece:
+                    text += piece
+                    on_text(piece)
+                finish = choice.finish_reason or finish
         return text, finish, usage
+
+
+def _usage(usage) -> dict:
+    return usage.model_dump() if usage is not None else {}
 
 
 def _body(model: str, conversation: list[dict], options: GenerationOptions, max_tokens: int, stream: bool) -> dict:
@@ -199,10 +194,15 @@ def _body(model: str, conversation: list[dict], options: GenerationOptions, max_
         "top_p": options.top_p if options.do_sample else 1.0,
         "stream": stream,
     }
+    extra = {}
     if options.repetition_penalty != 1.0:
-        body["repetition_penalty"] = options.repetition_penalty  # vLLM's extra sampling parameter
+        extra["repetition_penalty"] = options.repetition_penalty  # vLLM's extra sampling parameter
     if options.min_new_tokens:
-        body["min_tokens"] = options.min_new_tokens  # vLLM's
+        extra["min_tokens"] = options.min_new_tokens  # vLLM's
+    if extra:
+        body["extra_body"] = extra
+    if options.seed is not None:
+        body["seed"] = options.seed
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -215,11 +215,6 @@ def _local_tokenizer(model: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model)
-
-
-def _raise_for(response) -> None:
-    if response.status_code != 200:
-        raise EndpointError(f"{response.request.url}: HTTP {response.status_code}: {response.text[:300]}")
 
 
 def _png_data_url(image: LoadedImage) -> str:

@@ -1,6 +1,10 @@
 """The agent loop of one request (paper Algorithm 1), fed one generated turn at a time: parse the plan, validate
 each call (unknown tool, invalid params, a declared modality), repair once, run the calls, say what the model reads
-next. It knows nothing of how turns are generated: `geopilot.agent.GeoPilot` drives it over any engine."""
+next. It knows nothing of how turns are generated: `geopilot.agent.GeoPilot` drives it over any engine.
+
+With client-run tools (`PreparedRequest.client_tools`) a valid plan with calls ends the request as `tool_calls`:
+the caller runs them and comes back with their results (a request whose history ends with them, answered first).
+Calls are then checked against the tools the client offered and the plan against `tool_choice`."""
 
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ class AgentLoop:
         self.turns: list[TurnRecord] = []
         self.tool_calls: list[ToolCallRecord] = []
         self.messages: list = list(request.messages)
-        self.rounds, self.repaired, self.next_kind = 0, False, "think"
+        self.rounds, self.repaired = 0, False
+        self.next_kind = "answer" if request.messages[-1].role == "tool" else "think"  # client results come first
         self.unresolved: str | None = None  # invalid calls that still ran (as errors) after a failed repair
         self.result: ChatResult | None = None
 
@@ -61,6 +66,9 @@ class AgentLoop:
             return self._finish(turn.text.strip(), "unparsable", record.parse_error)
         plan = record.plan = parsed.plan
         record.parse = parsed.method
+        client = self.request.client_tools
+        if client is not None:
+            return self._client_plan(plan, record)
         if not plan.actions:
             self.messages.append(plan)
             return self._finish(plan.value or "", "tools" if self.rounds else "direct")
@@ -79,9 +87,38 @@ class AgentLoop:
             return self._repair("; ".join(record.problems))
         return self._run_tools(plan, record)
 
+    def _client_plan(self, plan: AssistantMessage, record: TurnRecord) -> str | None:
+        """Client-run tools: an answer ends the request; a valid plan with calls is handed back (`tool_calls`); a
+        plan breaking `tool_choice` or calling what was not offered gets the repair turn, then the calls that name
+        an offered tool are handed back (their client reports bad params, as a failed call here would) or, if none
+        do, the plan's value is the answer with the problem recorded."""
+        problem = self.request.constraint.problem(plan) if plan.actions or self.request.constraint.min_calls else None
+        record.problems = [p for p in [problem, *(self._problem(a) for a in plan.actions)] if p]
+        if record.problems and not self.repaired:
+            return self._repair("; ".join(record.problems))
+        error = "; ".join(record.problems) or None
+        offered = [a for a in plan.actions if a.tool in self.request.client_tools.names]
+        if self.request.constraint.max_calls == 0:
+            offered = []
+        if not offered:
+            answer = AssistantMessage(reasoning=plan.reasoning, value=plan.value or "")
+            self.messages.append(answer)
+            return self._finish(answer.value, "tools" if self._answers_tool_results() else "direct", error)
+        self.rounds += 1
+        record.tool_round = self.rounds
+        self.messages.append(AssistantMessage(reasoning=plan.reasoning, actions=offered))
+        return self._finish("", "tool_calls", error)
+
+    def _answers_tool_results(self) -> bool:
+        return any(m.role == "tool" for m in self.request.messages)
+
     def _problem(self, action: Action) -> str | None:
         try:
-            self.registry.validate(action, self.request.gate)
+            client = self.request.client_tools
+            if client is not None:
+                client.validate(action, self.registry, self.request.gate)
+            else:
+                self.registry.validate(action, self.request.gate)
         except ToolCallError as err:
             return f"{err.kind}: {err}"
         except Exception as err:  # noqa: BLE001 - a tool's own params model misbehaving is still the call's problem
@@ -93,7 +130,9 @@ class AgentLoop:
         first turn: the rendered prompt (empty when the engine renders it itself and counts nothing here)."""
         if not self.turns:
             return len(self.request.prompt)
-        inputs = sum(t.new_input_tokens for t in self.turns)
+        # the first turn read the whole prompt, even where a cached prefix spared prefilling part of it
+        first = max(len(self.request.prompt), self.turns[0].new_input_tokens)
+        inputs = first + sum(t.new_input_tokens for t in self.turns[1:])
         return inputs + sum(t.generated_tokens + 1 for t in self.turns)
 
     def stop(self, outcome: Outcome, error: str) -> None:

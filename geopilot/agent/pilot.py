@@ -4,6 +4,11 @@
     pilot = GeoPilot.from_endpoint("http://127.0.0.1:8001/v1", "runs/geopilot/export")   # HttpEngine (vLLM)
     result = pilot.chat("scene.png", "How many planes are on the apron?")
 
+Client-run tools (`client_tools=ClientTools(...)`, what `geopilot serve` does for a request with `tools`): the chat
+ends as `tool_calls` with the plan in `messages[-1]`; the caller runs the calls and continues with `query=None`
+and a history ending with their results (`ToolMessage`s). With a `PrefixCache` (in process) that request
+continues from the think turn's KV cache instead of re-prefilling it.
+
 The chat's deadline (`chat_timeout_s`), the context check before each turn, the tool-call limits and the guidance
 for a missing tool extra are the same whichever engine generates.
 """
@@ -14,8 +19,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from geopilot.agent.client_tools import ClientTools
 from geopilot.agent.engine import Engine, LocalEngine, SessionFactory, TurnDeadline, TurnSession
 from geopilot.agent.loop import AgentLoop, take_all
+from geopilot.agent.prefix_cache import PrefixCache
 from geopilot.agent.requests import (
     DEFAULT_MAX_TOOL_CALLS,
     ChatRequest,
@@ -23,6 +30,7 @@ from geopilot.agent.requests import (
     checked_options,
     checked_request,
     checked_rounds,
+    last_question,
     to_chat_request,
 )
 from geopilot.agent.results import ChatResult
@@ -33,7 +41,7 @@ from geopilot.generation import AnswerExtractor, GenerationOptions
 from geopilot.image import DEFAULT_MAX_PIXELS
 from geopilot.sample import Modality
 from geopilot.tool_protocol import ToolRegistry
-from geopilot.wire import question_text
+from geopilot.wire import assistant_json, question_text
 
 DEFAULT_CHAT_TIMEOUT_S = 600.0  # a whole chat: tool calls get at most what is left, no turn starts after it
 MIN_TURN_TOKENS = 16  # a turn with less room than this in the context is not started: the chat ends instead
@@ -56,6 +64,7 @@ class GeoPilot:
         session_factory: SessionFactory | None = None,
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
         chat_timeout_s: float | None = DEFAULT_CHAT_TIMEOUT_S,
+        prefix_cache: PrefixCache | None = None,
     ):
         if (engine is None) == (model is None):
             raise GeoPilotInputError("GeoPilot needs a model and processor, or an engine (one of the two)")
@@ -64,7 +73,7 @@ class GeoPilot:
                 raise GeoPilotInputError(f"{name} must be a number of seconds > 0 (or None), got {value!r}")
         if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
             raise GeoPilotInputError(f"max_tool_calls must be a whole number >= 1, got {max_tool_calls!r}")
-        self.engine = engine if engine is not None else LocalEngine(model, processor, session_factory)
+        self.engine = engine if engine is not None else LocalEngine(model, processor, session_factory, prefix_cache)
         self.model, self.processor = model, processor
         self.tokenizer = getattr(self.engine, "tokenizer", None)
         self.max_tool_calls, self.chat_timeout_s = max_tool_calls, chat_timeout_s
@@ -143,16 +152,21 @@ class GeoPilot:
     def chat(
         self,
         image,
-        query: str,
+        query: str | None,
         history: list | None = None,
         max_rounds: int = 1,
         generation: GenerationOptions | dict | None = None,
         modality: Modality | None = None,
         stream: Callable[[str], None] | None = None,
+        *,
+        system: str | None = None,
+        client_tools: ClientTools | None = None,
     ) -> ChatResult:
         """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded.
-        `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating."""
-        request = {"image": image, "query": query, "history": history, "modality": modality}
+        `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating.
+        `system` replaces the Vicuna system prompt; `client_tools`: plans with calls are returned, not run (and
+        `query=None` answers from the tool results the history ends with)."""
+        request = _request(image, query, history, modality, system, client_tools)
         prepared = self._prepare(to_chat_request(request))
         return self._run([prepared], checked_rounds(max_rounds), checked_options(generation), stream)[0]
 
@@ -177,10 +191,13 @@ class GeoPilot:
         max_rounds: int = 1,
         generation: GenerationOptions | dict | None = None,
         modality: Modality | None = None,
+        *,
+        system: str | None = None,
+        client_tools: ClientTools | None = None,
     ) -> AnswerStream:
         """Like `chat`, as an iterator of answer text pieces; `.result` holds the ChatResult once it is exhausted.
         Input errors raise here, before any generation."""
-        request = {"image": image, "query": query, "history": history, "modality": modality}
+        request = _request(image, query, history, modality, system, client_tools)
         prepared = self._prepare(to_chat_request(request))
         options, max_rounds = checked_options(generation), checked_rounds(max_rounds)
         return AnswerStream(lambda on_text: self._run([prepared], max_rounds, options, on_text)[0])
@@ -189,13 +206,26 @@ class GeoPilot:
 
     def _prepare(self, request: ChatRequest) -> PreparedRequest:
         image, messages, load_seconds = checked_request(request, self.max_pixels)
-        prompt = self.engine.prompt_tokens(messages)
+        prompt = self.engine.prompt_tokens(messages, request.system)
         limit = self.engine.context_length
         if limit is not None and len(prompt) >= limit:
             raise GeoPilotInputError(
                 f"the prompt is {len(prompt)} tokens, over the model's context of {limit}; shorten the history"
+                + (" or the tool results" if messages[-1].role == "tool" else "")
             )
-        return PreparedRequest(image, messages, question_text(messages[-1]), prompt, request.modality, load_seconds)
+        question = question_text(last_question(messages))
+        registry = self.tools if request.client_tools is not None else None
+        return PreparedRequest(
+            image,
+            messages,
+            question,
+            prompt,
+            request.modality,
+            load_seconds,
+            request.system,
+            request.client_tools,
+            registry,
+        )
 
     def _run(
         self, prepared: list[PreparedRequest], max_rounds: int, options: GenerationOptions, stream
@@ -233,9 +263,22 @@ class GeoPilot:
             for row, next_text in zip(rows, take_all(dialogues, rows, turns), strict=True):
                 if next_text is not None:
                     pending[row] = next_text
+                else:
+                    self._park(session, row, dialogues[row])
         for dialogue in dialogues:
             dialogue.timings_and_tokens(session.encode_seconds, self.image_tokens, started)
         return [d.result for d in dialogues]
+
+    def _park(self, session: TurnSession, row: int, dialogue: AgentLoop) -> None:
+        """A think turn whose calls the client runs: keep its cache for the request that brings the results, when
+        that request will render exactly what the cache holds (no repair turn, the plan as the wire writes it)."""
+        park = getattr(session, "park", None)
+        plan = dialogue.messages[-1]
+        if park is None or dialogue.result.outcome != "tool_calls" or dialogue.repaired:
+            return
+        if dialogue.turns[-1].text != assistant_json(plan) or not dialogue.turns[-1].finished:
+            return
+        park(row, self.engine.prefix_key(dialogue.request, dialogue.messages))
 
     def _turn_room(
         self, session: TurnSession, dialogues: list[AgentLoop], pending: dict[int, str | None], deadline: float | None
@@ -261,6 +304,15 @@ class GeoPilot:
                 continue
             room[row] = left
         return room
+
+
+def _request(image, query, history, modality, system, client_tools) -> dict:
+    request = {"image": image, "query": query, "history": history, "modality": modality}
+    if system is not None:
+        request["system"] = system
+    if client_tools is not None:
+        request["client_tools"] = client_tools
+    return request
 
 
 def _checking(token: CancelToken, on_text: Callable[[str], None] | None) -> Callable[[str], None]:

@@ -8,10 +8,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from geopilot.agent.client_tools import ClientTools
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
 from geopilot.image import LoadedImage, infer_modality, load_image
-from geopilot.sample import IMAGE_PLACEHOLDER, MESSAGE_ROLES, Message, Modality, UserMessage, check_dialogue
+from geopilot.sample import (
+    IMAGE_PLACEHOLDER,
+    MESSAGE_ROLES,
+    AssistantMessage,
+    Message,
+    Modality,
+    UserMessage,
+    check_dialogue,
+)
 
 _HISTORY = TypeAdapter(list[Message])
 DEFAULT_MAX_TOOL_CALLS = 8  # calls run per plan; the rest come back as `call_limit` errors
@@ -23,9 +32,11 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     image: Any
-    query: str
+    query: str | None  # None: answer from the tool results the history ends with (client-run tools)
     history: Any = None  # checked by _check_history, which says what is wrong
     modality: Modality | None = None  # None: inferred from the image, and tool calls are not gated by it
+    system: str | None = None  # replaces the Vicuna system prompt ("" drops it), as the chat template does
+    client_tools: ClientTools | None = None  # set: plans with calls are returned (outcome "tool_calls"), not run
 
 
 class PreparedRequest:
@@ -39,9 +50,14 @@ class PreparedRequest:
         prompt: list[int],
         declared: Modality | None,
         load_seconds: float,
+        system: str | None = None,
+        client_tools: ClientTools | None = None,
+        registry=None,  # the tool registry: held to their param names, the plan's calls of known tools
     ):
         self.image, self.messages, self.question = image, messages, question
         self.prompt, self.load_seconds = prompt, load_seconds
+        self.system, self.client_tools = system, client_tools
+        self.constraint = None if client_tools is None else client_tools.constraint(registry)
         self.gate = declared  # tool calls are checked against a declared modality only
         self.modality = declared or infer_modality(image)
 
@@ -67,21 +83,33 @@ def checked_rounds(max_rounds: int) -> int:
 
 def checked_request(request: ChatRequest, max_pixels: int) -> tuple[LoadedImage, list, float]:
     """A request's image (loaded), its conversation so far ending with the query (the image placeholder on the
-    first user turn), and the seconds loading took; bad input raises GeoPilotInputError. Every engine (in-process,
-    `GeoPilot.from_endpoint`) starts a chat here."""
-    if not isinstance(request.query, str) or not request.query.strip():
-        raise GeoPilotInputError("the query is empty; ask a question about the image")
-    if IMAGE_PLACEHOLDER in request.query:
-        raise GeoPilotInputError(f"the query must not contain {IMAGE_PLACEHOLDER!r}; the image is passed separately")
+    first user turn) or with the tool results to answer from, and the seconds loading took; bad input raises
+    GeoPilotInputError. Every engine (in-process, `GeoPilot.from_endpoint`) starts a chat here."""
+    if request.query is not None:
+        if not isinstance(request.query, str) or not request.query.strip():
+            raise GeoPilotInputError("the query is empty; ask a question about the image")
+        if IMAGE_PLACEHOLDER in request.query:
+            raise GeoPilotInputError(
+                f"the query must not contain {IMAGE_PLACEHOLDER!r}; the image is passed separately"
+            )
+    if request.system is not None and IMAGE_PLACEHOLDER in request.system:
+        raise GeoPilotInputError(f"the system prompt must not contain {IMAGE_PLACEHOLDER!r}")
     if request.image is None:
         raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
     start = time.perf_counter()
     image = request.image if isinstance(request.image, LoadedImage) else load_image(request.image, max_pixels)
     load_seconds = time.perf_counter() - start
+    if request.query is None:
+        return image, _check_history(request.history, pending_tools=True), load_seconds
     messages = _check_history(request.history) + [UserMessage(content=request.query.strip())]
     if len(messages) == 1:
         messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{request.query.strip()}")
     return image, messages, load_seconds
+
+
+def last_question(messages: list) -> UserMessage:
+    """The user turn the conversation's last round answers (the tool turn quotes its question)."""
+    return next(m for m in reversed(messages) if m.role == "user")
 
 
 def to_chat_request(item: ChatRequest | dict, index: int | None = None) -> ChatRequest:
@@ -95,8 +123,11 @@ def to_chat_request(item: ChatRequest | dict, index: int | None = None) -> ChatR
         raise GeoPilotInputError(describe_validation_error(err, under=where)) from None
 
 
-def _check_history(history: list | None) -> list:
-    """A chat history in the sample format (as `ChatResult.messages` gives it), or a clear error saying what is wrong."""
+def _check_history(history: list | None, pending_tools: bool = False) -> list:
+    """A chat history in the sample format (as `ChatResult.messages` gives it), or a clear error saying what is
+    wrong. `pending_tools`: it ends with the tool results of its last plan, which the next turn answers from."""
+    if pending_tools and not history:
+        raise GeoPilotInputError("no query: pass one, or a history that ends with tool results to answer from")
     if history is None or history == []:
         return []
     if not isinstance(history, list):
@@ -105,8 +136,10 @@ def _check_history(history: list | None) -> list:
         messages = _HISTORY.validate_python(history)
     except ValidationError as err:
         raise GeoPilotInputError(describe_validation_error(err, under="history", union_tags=MESSAGE_ROLES)) from None
-    try:
-        check_dialogue(messages, has_image=True)
+    if pending_tools and messages[-1].role != "tool":
+        raise GeoPilotInputError("no query: pass one, or a history that ends with tool results to answer from")
+    try:  # tool results still to be answered: checked as if the answer were there
+        check_dialogue(messages + ([AssistantMessage(value="")] if pending_tools else []), has_image=True)
     except ValueError as err:
         raise GeoPilotInputError(f"history: {str(err).replace('messages.', 'message ')}") from None
     return messages

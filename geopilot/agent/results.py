@@ -9,7 +9,7 @@ from pydantic import BaseModel, computed_field
 from geopilot.sample import AssistantMessage, Message, Modality
 from geopilot.tool_output import ToolOutput
 
-Outcome = Literal["direct", "tools", "unparsable", "round_limit", "context_limit", "deadline"]
+Outcome = Literal["direct", "tools", "tool_calls", "unparsable", "round_limit", "context_limit", "deadline"]
 TurnKind = Literal["think", "repair", "answer"]
 
 
@@ -66,6 +66,7 @@ class ChatResult(BaseModel):
     # text of a reply that never parsed; round_limit: the model still asked for tools after max_rounds;
     # context_limit: the next turn would not fit in the model's context (a turn that fits partly is shortened);
     # deadline: the chat's time (chat_timeout_s) ran out before the next turn. `error` says which, with numbers.
+    # tool_calls: client-run tools: the last plan's calls (`messages[-1].actions`) are the caller's to run.
     # `error` is also set when every tool call of the answer failed.
     error: str | None = None  # the unresolved problem behind a fallback answer (None when all went well)
     repaired: bool = False  # a repair turn was needed

@@ -4,11 +4,13 @@
     app = create_app(pilot, ServeConfig(model_name="geopilot", api_key="KEY"))   # uvicorn.run(app, ...)
 
 A request is one conversation with exactly one image (`image_url`: a `data:image/...;base64,` URL, or an http(s)
-URL on the allowlist). The reply's message content is the answer; the extension field `geopilot` carries the tool
-calls in OpenAI's `tool_calls` shape and the whole `ChatResult` (turns, tool outputs, timings), plus, when the
-request asks with `"geopilot": {"visualize": true}`, the image with the tool outputs drawn as a PNG data URL.
-Earlier turns of the conversation become `history` (assistant turns as their answers); system messages are
-ignored (the model was trained with one system prompt). `stop` sequences cut the answer text. Errors are
+URL on the allowlist). Without `tools` GeoPilot runs its own tools: the reply's message content is the answer; the
+extension field `geopilot` carries the tool calls in OpenAI's `tool_calls` shape and the whole `ChatResult` (turns,
+tool outputs, timings), plus, when the request asks with `"geopilot": {"visualize": true}`, the image with the tool
+outputs drawn as a PNG data URL. With `tools` the client runs them (`geopilot.serving.protocol`): the plan comes
+back as `message.tool_calls` (`finish_reason: "tool_calls"`) and the request with the `role: "tool"` results gets
+the answer. Earlier turns become `history`; a first system message replaces the Vicuna system prompt; `stop`
+sequences cut the answer text; every other field works or is refused naming it. Errors are
 OpenAI-shaped JSON: 400 bad input, 401 no/wrong key, 403 cross-site, 404 unknown model, 413 too big, 415 not JSON,
 421 a Host a keyless server does not answer to, 503 full (retry), 504 timed out. A request's timeout covers all of
 it: fetching its image URL, waiting in the queue and generating; a request that runs out of time is cancelled.
@@ -26,11 +28,11 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError, describe_validation_error
@@ -38,6 +40,15 @@ from geopilot.generation import GenerationOptions
 from geopilot.network import key_matches, loopback_host_names
 from geopilot.serving.batcher import Batcher, Busy, Job, Slot
 from geopilot.serving.config import ServeConfig
+from geopilot.serving.protocol import (
+    ChatCompletionRequest,
+    client_tools,
+    images_of,
+    message_chars,
+    read_dialogue,
+    refuse_unsupported,
+    tool_call_entries,
+)
 from geopilot.serving.security import (
     BodyLimit,
     BrowserGate,
@@ -52,54 +63,6 @@ from geopilot.serving.stops import StopFilter, cut
 log = logging.getLogger("geopilot.serving")
 OPEN_PATHS = {"/health"}
 MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (vLLM's and FastChat's rule); 1e-300 would overflow to inf/nan
-
-
-class ImageURL(BaseModel):
-    url: str
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["text", "image_url"]
-    text: str | None = None
-    image_url: ImageURL | None = None
-
-
-class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
-
-
-class GeoPilotOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    max_rounds: int | None = Field(None, ge=0)
-    modality: Literal["optical", "sar"] | None = None
-    visualize: bool = False
-
-
-class ChatCompletionRequest(BaseModel):
-    # OpenAI clients send fields GeoPilot does not use (docs/serving.md lists them); NaN/Infinity are refused
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
-    model: str
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    stream: bool = False
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1)
-    stop: str | list[str] | None = None  # up to 4 non-empty strings; the answer ends before the first one
-    geopilot: GeoPilotOptions = GeoPilotOptions()
-
-    def stops(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-
-
-def _check_stop(body: ChatCompletionRequest) -> None:
-    stops = body.stops()
-    if len(stops) > 4 or any(not s for s in stops):
-        raise ServeError(400, "stop: up to 4 non-empty strings", code="bad_request")
 
 
 class AuthGate:
@@ -188,7 +151,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
         slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
             image = await _image_bytes(body, policy, deadline)
-            conversation = await asyncio.to_thread(_conversation, body, image, config.max_image_pixels)
+            conversation = await asyncio.to_thread(_conversation, body, image, config, pilot)
             job = Job(
                 conversation,
                 _options(body, config),
@@ -250,8 +213,8 @@ def _parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
         raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
     except RecursionError:  # a value nested past what validation recurses through
         raise ServeError(400, "the request body is nested too deeply", code="bad_json") from None
-    _check_stop(body)
-    chars = sum(len(_text(m.content)) for m in body.messages)
+    refuse_unsupported(body)
+    chars = sum(message_chars(m) for m in body.messages)
     if chars > max_text_chars:  # refused before tokenising: the tokenizer would hold the model thread for seconds
         raise ServeError(
             400,
@@ -262,24 +225,10 @@ def _parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
     return body
 
 
-def _text(content) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    return "\n".join(part.text or "" for part in content if part.type == "text")
-
-
-def _images(content) -> list[str]:
-    return (
-        []
-        if content is None or isinstance(content, str)
-        else [part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None]
-    )
-
-
 async def _image_bytes(body: ChatCompletionRequest, policy: UrlPolicy, deadline: float) -> bytes | str:
     """The conversation's one image: the bytes fetched from its URL (awaited, inside the deadline), or the data URL
     itself (decoded in a worker thread with the rest)."""
-    urls = [url for m in body.messages if m.role != "system" for url in _images(m.content)]
+    urls = [url for m in body.messages for url in images_of(m.content)]
     if len(urls) != 1:
         raise ServeError(
             400, f"a conversation needs exactly one image (image_url part), got {len(urls)}", code="bad_request"
@@ -287,31 +236,51 @@ async def _image_bytes(body: ChatCompletionRequest, policy: UrlPolicy, deadline:
     return urls[0] if urls[0].strip().startswith("data:") else await policy.fetch(urls[0], deadline)
 
 
-def _conversation(body: ChatCompletionRequest, image: bytes | str, max_pixels: int) -> dict[str, Any]:
-    """The OpenAI messages and the image (bytes, or a data URL to decode) -> one chat request (image checked)."""
+def _conversation(body: ChatCompletionRequest, image: bytes | str, config: ServeConfig, pilot) -> dict[str, Any]:
+    """The OpenAI messages and the image (bytes, or a data URL to decode) -> one chat request (image checked): the
+    sample-format history, the query (None: answer the tool results), the system prompt, client-run tools."""
+    dialogue = read_dialogue(body)
+    tools, system = client_tools(
+        body, pilot.tools.names() if body.tools else [], config.allow_unknown_tools, dialogue.system
+    )
     data = decode_data_url(image) if isinstance(image, str) else image
-    marked = [(m.role, _text(m.content), bool(_images(m.content))) for m in body.messages if m.role != "system"]
-    return chat_request(marked, data, max_pixels, body.geopilot.modality)
+    request = {
+        "image": _loaded(data, config.max_image_pixels),
+        "query": dialogue.query,
+        "history": dialogue.history or None,
+        "modality": body.geopilot.modality,
+    }
+    if system is not None:
+        request["system"] = system
+    if tools is not None:
+        request["client_tools"] = tools
+    return request
+
+
+def _loaded(image: bytes, max_pixels: int):
+    """The image checked (413 over `max_pixels`, from its header) and loaded (400 when it is not one)."""
+    from geopilot.image import load_image
+
+    check_image(image, max_pixels)
+    try:
+        return load_image(image, max_pixels)
+    except ImageTooLargeError as err:
+        raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
+    except GeoPilotInputError as err:
+        raise ServeError(400, f"image_url: {err}", code="bad_image") from None
 
 
 def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None) -> dict[str, Any]:
     """`(role, text, has_image)` turns ending with the user's question, and the image bytes -> the request dict
     `GeoPilot.chat_batch` takes: the image checked (413 over `max_pixels`) and loaded, the earlier turns as
     `history` (assistant turns as their answers). The FastChat worker uses it too."""
-    from geopilot.image import load_image
     from geopilot.sample import IMAGE_PLACEHOLDER
 
     if not turns or turns[-1][0] != "user":
         raise ServeError(400, "the last message must be the user's question", code="bad_request")
     if turns[-1][2] and len(turns) > 1:
         raise ServeError(400, "the image must be in the first user message of a conversation", code="bad_request")
-    check_image(image, max_pixels)
-    try:
-        loaded = load_image(image, max_pixels)
-    except ImageTooLargeError as err:
-        raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
-    except GeoPilotInputError as err:
-        raise ServeError(400, f"image_url: {err}", code="bad_image") from None
+    loaded = _loaded(image, max_pixels)
     history = []
     for role, text, has_image in turns[:-1]:
         if role == "user":
@@ -326,9 +295,12 @@ def _options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOpti
     sample = (body.temperature or 0.0) >= MIN_TEMPERATURE  # absent, 0 or tiny: greedy
     return GenerationOptions(
         max_new_tokens=min(limit, config.max_new_tokens),
+        min_new_tokens=min(_pick(body.min_tokens, 0), config.max_new_tokens),
         do_sample=sample,
         temperature=body.temperature if sample else 1.0,
         top_p=_pick(body.top_p, 1.0) if sample else 1.0,
+        repetition_penalty=_pick(body.repetition_penalty, 1.0),
+        seed=body.seed,
     )
 
 
@@ -397,19 +369,24 @@ def _usage(result) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
 
 
+def _message(result, body: ChatCompletionRequest) -> tuple[dict, str]:
+    """The reply's message and finish_reason: a client-run plan's calls, or the answer (cut at `stop`)."""
+    if result.outcome == "tool_calls":
+        plan = result.messages[-1]
+        return {"role": "assistant", "content": plan.reasoning or None, "tool_calls": tool_call_entries(plan)}, (
+            "tool_calls"
+        )
+    return {"role": "assistant", "content": cut(result.answer, body.stops())}, "stop"
+
+
 async def _completion(result, job: Job, body: ChatCompletionRequest, config: ServeConfig, started: float) -> dict:
+    message, finish = _message(result, body)
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(started),
         "model": config.model_name,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": cut(result.answer, body.stops())},
-                "finish_reason": "stop",
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         "usage": _usage(result),
         "geopilot": await _extension(result, job, body),
     }
@@ -424,7 +401,9 @@ def _stream(
     started: float,
     deadline: float,
 ):
-    """SSE chunks: the role, the answer as it is decoded, then a last chunk with finish_reason and `geopilot`."""
+    """SSE chunks: the role, the answer as it is decoded (or a client-run plan's reasoning, then each call as
+    OpenAI's tool-call deltas: id, type and name first, then the arguments), then a last chunk with finish_reason,
+    `usage` and `geopilot` (and, with `stream_options.include_usage`, a `choices: []` usage chunk)."""
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue = asyncio.Queue()
     end = object()
@@ -470,11 +449,22 @@ def _stream(
                 yield f"data: {json.dumps(_job_error(job.future.exception()).body())}\n\n"
                 return
             result = job.future.result()
-            answer = cut(result.answer, body.stops())
+            message, finish = _message(result, body)
+            answer = message["content"] or ""
             rest = answer[len(sent) :] if answer.startswith(sent) else ""
             if rest:
                 yield chunk({"content": rest})
-            yield chunk({}, "stop", usage=_usage(result), geopilot=await _extension(result, job, body))
+            for index, call in enumerate(message.get("tool_calls") or []):
+                opening = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+                yield chunk({"tool_calls": [{"index": index, **opening}]})
+                yield chunk(
+                    {"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]}
+                )
+            yield chunk({}, finish, usage=_usage(result), geopilot=await _extension(result, job, body))
+            if body.stream_options is not None and body.stream_options.include_usage:
+                usage = {"id": ident, "object": "chat.completion.chunk", "created": int(started)}
+                usage |= {"model": config.model_name, "choices": [], "usage": _usage(result)}
+                yield f"data: {json.dumps(usage)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             if not job.future.done():  # the client left mid-stream: free the slot, stop decoding

@@ -3,7 +3,8 @@
 One thread owns the model. It takes the first waiting job, waits up to `wait_s` for more jobs with the same
 decoding settings (up to `max_batch`), and runs them as ONE `chat_batch`: think turns batched, answers batched
 (`GeoPilot.chat_batch`). A streaming job runs alone through `chat(stream=...)`, since its answer is sent as it is
-decoded. If a batch is refused for one request's input, each job runs alone so only that one gets the error.
+decoded; a seeded sampling request runs alone too, so its samples do not depend on its company. If a batch is
+refused for one request's input, each job runs alone so only that one gets the error.
 
 Admission is bounded: at most `max_pending` requests are admitted (being prepared, e.g. fetching their image, +
 queued + running); `admit()` / `submit` raise `Busy` beyond that, which the API turns into 503. A job's
@@ -123,6 +124,9 @@ class Batcher:
             if first.on_text is not None:
                 self._run_stream(first)
                 continue
+            if first.options.seed is not None and first.options.do_sample:  # its samples must not depend on company
+                self._run_batch([first])
+                continue
             batch, deadline = [first], time.monotonic() + self.wait_s
             while len(batch) < self.max_batch:
                 try:
@@ -180,6 +184,7 @@ class Batcher:
                     generation=job.options,
                     modality=request.get("modality"),
                     stream=on_text,
+                    **{key: request[key] for key in ("system", "client_tools") if key in request},
                 )
         except BaseException as err:  # noqa: BLE001 - Cancelled, input errors: the request's, not the thread's
             job.future.set_exception(err)

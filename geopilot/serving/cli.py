@@ -3,7 +3,7 @@
 
     geopilot serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY | env GEOPILOT_API_KEY]
                    [--tools configs/tools.yaml] [--max-batch N] [--batch-wait-ms MS] [--controller URL]
-                   [--engine-url URL]
+                   [--engine-url URL] [--allow-unknown-tools] [--prefix-cache N] [--prefix-cache-ttl S]
 
 `--engine-url` generates the LLM turns on an OpenAI-compatible server (vLLM serving DIR) while the tools run
 here. Without an API key the server only binds to loopback. Bad arguments exit 2 with one line.
@@ -62,6 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds per request")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
+    parser.add_argument(
+        "--allow-unknown-tools",
+        action="store_true",
+        help="accept client tools the model was not trained on (their schemas go into the system prompt)",
+    )
+    parser.add_argument(
+        "--prefix-cache", type=int, default=8, help="think turns kept for client-run tools' answers (0: none)"
+    )
+    parser.add_argument(
+        "--prefix-cache-ttl", type=finite_float(0.0), default=120.0, help="seconds a kept think turn waits"
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     parser.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="model dtype (default: as saved)"
@@ -95,6 +106,9 @@ def build_config(args: argparse.Namespace):
             max_text_chars=args.max_text_chars,
             max_rounds=args.max_rounds,
             max_new_tokens=args.max_new_tokens,
+            allow_unknown_tools=args.allow_unknown_tools,
+            prefix_cache_entries=args.prefix_cache,
+            prefix_cache_ttl_s=args.prefix_cache_ttl,
         )
     except ValidationError as err:
         raise GeoPilotInputError(describe_validation_error(err, source="serve")) from None
@@ -113,6 +127,9 @@ def build_pilot(args: argparse.Namespace, config):
         )
     if not Path(args.model).is_dir():
         raise GeoPilotInputError(f"model directory not found: {args.model}")
+    from geopilot.agent import PrefixCache
+
+    entries = config.prefix_cache_entries
     return GeoPilot.from_pretrained(
         args.model,
         device=args.device,
@@ -120,6 +137,7 @@ def build_pilot(args: argparse.Namespace, config):
         tools_config=args.tools_config,
         tool_timeout_s=config.tool_timeout_s,
         max_pixels=config.max_image_pixels,
+        prefix_cache=PrefixCache(entries, config.prefix_cache_ttl_s) if entries else None,
     )
 
 

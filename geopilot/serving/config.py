@@ -23,3 +23,6 @@ class ServeConfig(StrictConfig):
     max_text_chars: int = Field(100_000, ge=1)  # text of all messages; more is refused before tokenising
     max_rounds: int = Field(1, ge=0)  # tool rounds per request unless the request asks for fewer
     max_new_tokens: int = Field(512, ge=1)  # per generated turn; a request's max_tokens may only lower it
+    allow_unknown_tools: bool = False  # client-run tools the model was not trained on (schemas in the system prompt)
+    prefix_cache_entries: int = Field(8, ge=0)  # think turns kept for client-run tools' answers (0: none)
+    prefix_cache_ttl_s: float = Field(120.0, gt=0)  # how long one is kept for a client that does not come back

@@ -38,12 +38,19 @@ from geopilot.network import host_name
 class ServeError(Exception):
     """A request the server refuses: HTTP `status`, OpenAI error `kind`, one-line message."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ):
         super().__init__(message)
-        self.status, self.kind, self.code = status, kind, code
+        self.status, self.kind, self.code, self.param = status, kind, code, param
 
     def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.kind, "code": self.code}}
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
 
 
 class BodyLimit:

@@ -1,4 +1,4 @@
-"""The training config: one typed tree that `train.py --config <yaml> [key=value ...]` loads (DESIGN §6).
+"""The training config: one typed tree that `train.py --config <yaml> [key=value ...]` loads (docs/design.md §6).
 
 Defaults are the paper's recipe (AdamW, lr 2e-5, cosine with 3% warmup, global batch 144, 2 epochs, full
 fine-tuning with the vision tower frozen, optical replay alpha = 0.2). Every section is a `StrictConfig`, so a

@@ -70,7 +70,8 @@ LONG_S = 5.0  # a turn of a question containing LONG takes this long (a long gen
 
 class ScriptSession:
     """Stands in for KVSession: a question containing TOOL gets a detector plan, SLOW the slow tool, HANG the
-        hanging tool, anything else a direct answer (LONG: after LONG_S); the answer turn after tools quotes the count. A one-row turn given a
+        hanging tool, anything else a direct answer (LONG: after LONG_S); the answer turn after tools (or the first turn
+    of a conversation ending with a client's tool results) quotes the count. A one-row turn given a
     `stream` sends 4-character pieces, its `delay_s` spread over them (KVSession too streams only one row)."""
 
     encode_seconds = 0.0
@@ -88,7 +89,9 @@ class ScriptSession:
         turns = []
         for row in rows:
             question = self.questions[row]
-            if self.turn[row] == 0 and "SLOW" in question:
+            if self.turn[row] == 0 and "Answer my first question" in question:  # a client brought tool results
+                text = answer("There are 2 planes.")
+            elif self.turn[row] == 0 and "SLOW" in question:
                 text = plan("segment_semantic", {})
             elif self.turn[row] == 0 and "HANG" in question:
                 text = plan("extract_roads", {})

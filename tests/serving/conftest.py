@@ -50,3 +50,31 @@ def server(scripted_pilot):
     yield make
     for context in stack:
         context.__exit__(None, None, None)
+
+
+@pytest.fixture
+def recording(tiny):
+    """make(**config) -> (OpenAI client, seen): a server around a scripted pilot (the Detector as its one tool);
+    `seen` gets (prompt ids, GenerationOptions) of every request it renders."""
+    from openai import OpenAI
+
+    from geopilot.agent import GeoPilot
+    from geopilot.serving.api import create_app
+    from geopilot.serving.config import ServeConfig
+
+    stack, seen = [], []
+
+    def factory(batch, pixels, options):
+        seen.extend((prompt, options) for prompt in batch)
+        return ScriptSession(tiny[1].tokenizer, batch, 0.0)
+
+    def make(**config):
+        pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([Detector()]), session_factory=factory)
+        context = serving(create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, **config)))
+        url = context.__enter__()
+        stack.append(context)
+        return OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0), seen
+
+    yield make
+    for context in stack:
+        context.__exit__(None, None, None)

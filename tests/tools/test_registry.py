@@ -14,7 +14,7 @@ from geopilot.tool_protocol import Tool, ToolRegistry
 from geopilot.tools.registry import BACKENDS, ToolsConfig, build_registry, load_tools_config
 from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, LazyBackend, LazyModel, TaskTool
 
-DESIGN_TABLE = {  # DESIGN §4: tool -> (backend, modality, required params)
+DESIGN_TABLE = {  # docs/design.md §4: tool -> (backend, modality, required params)
     "detect_objects": ("lae_dino", "optical", ["categories"]),
     "detect_all": ("lae_dino", "optical", []),
     "ground": ("remotesam", "optical", ["expression"]),

@@ -1,0 +1,322 @@
+"""The OpenAI chat-completions request, read into a GeoPilot chat: every field either works or is refused with a
+400 naming it (docs/serving.md lists them all), and the messages become the sample format.
+
+- A first `system` (or `developer`) message replaces the Vicuna system prompt, as the chat template does; one
+  anywhere else is refused, as the template refuses it.
+- The one image is an `image_url` part of the first user message; more images, or an image elsewhere, are 400.
+- `tools` turns on client-run tools: the think turn's plan comes back as `tool_calls`, and the client's
+  `role: "tool"` results (matched to the calls by `tool_call_id`) become the tool turn THE formatter writes.
+  Tools the registry does not know are refused, unless the server allows them (`--allow-unknown-tools`): then
+  their schemas are appended to the system prompt, which the model was never trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from geopilot.agent.client_tools import ClientTools, tool_output
+from geopilot.sample import IMAGE_PLACEHOLDER, AssistantMessage
+from geopilot.serving.security import ServeError
+from geopilot.wire import SYSTEM_PROMPT, dumps
+
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+UNTRAINED_TOOLS = "Tools you may also call (you were not trained on them; their JSON schemas follow):"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ImageURL(_Strict):
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the image is always read at 336 px
+
+
+class ContentPart(_Strict):
+    type: Literal["text", "image_url"]
+    text: str | None = None
+    image_url: ImageURL | None = None
+
+
+class FunctionCall(_Strict):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(_Strict):
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessageIn(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None  # a participant's name: accepted, not shown to the model
+    tool_calls: list[ToolCall] | None = None  # assistant messages: the calls of a client-run plan
+    tool_call_id: str | None = None  # tool messages: which call this result answers
+    refusal: str | None = None  # assistant messages echoed back: accepted, not shown to the model
+
+
+class FunctionDefinition(_Strict):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # accepted: calls of trained tools are validated against their params model anyway
+
+
+class ToolDefinition(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class StreamOptions(_Strict):
+    include_usage: bool | None = None  # True: a last chunk with `choices: []` and the usage
+    include_obfuscation: bool | None = None  # accepted; no padding is sent
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class GeoPilotOptions(_Strict):
+    max_rounds: int | None = Field(None, ge=0)
+    modality: Literal["optical", "sar"] | None = None
+    visualize: bool = False
+
+
+class ChatCompletionRequest(_Strict):
+    """Every field a request may carry; any other is refused (400 naming it)."""
+
+    model: str
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    n: int | None = None  # only 1
+    seed: int | None = Field(
+        None, ge=-(2**63), le=2**63 - 1
+    )  # seeds sampling (a seeded request runs alone, so the same seed gives the same reply)
+    stop: str | list[str] | None = None  # up to 4 non-empty strings; the answer ends before the first one
+    logprobs: bool | None = None  # only false
+    top_logprobs: int | None = None  # only 0
+    response_format: ResponseFormat | None = None  # only text
+    frequency_penalty: float | None = None  # only 0
+    presence_penalty: float | None = None  # only 0
+    logit_bias: dict[str, float] | None = None  # only empty
+    repetition_penalty: float | None = Field(None, gt=0)  # vLLM's extension; GenerationOptions.repetition_penalty
+    min_tokens: int | None = Field(None, ge=0)  # vLLM's extension; GenerationOptions.min_new_tokens
+    tools: list[ToolDefinition] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call per plan
+    user: str | None = None  # an end-user id: accepted, not used
+    metadata: dict[str, str] | None = None  # accepted, not used (nothing is stored)
+    store: bool | None = None  # only false: nothing is stored
+    service_tier: Literal["auto", "default"] | None = None
+    geopilot: GeoPilotOptions = GeoPilotOptions()
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+def refuse_unsupported(body: ChatCompletionRequest) -> None:
+    """400 naming the first field whose value asks for what this server does not do."""
+    refusals = [
+        ("n", body.n not in (None, 1), "only 1 choice per request"),
+        ("logprobs", bool(body.logprobs), "log probabilities are not returned"),
+        ("top_logprobs", bool(body.top_logprobs), "log probabilities are not returned"),
+        (
+            "response_format",
+            body.response_format is not None and body.response_format.type != "text",
+            "only {'type': 'text'}: the answer is the model's text (its plans are JSON already)",
+        ),
+        ("frequency_penalty", bool(body.frequency_penalty), "only 0; use repetition_penalty"),
+        ("presence_penalty", bool(body.presence_penalty), "only 0; use repetition_penalty"),
+        ("logit_bias", bool(body.logit_bias), "not supported"),
+        ("store", bool(body.store), "nothing is stored"),
+        ("stream_options", body.stream_options is not None and not body.stream, "only with stream: true"),
+        ("tool_choice", body.tool_choice is not None and body.tools is None, "needs tools"),
+        ("tools", body.tools == [], "an empty list; leave it out for GeoPilot's own tools"),
+    ]
+    for name, refused, why in refusals:
+        if refused:
+            raise ServeError(400, f"{name}: {why}", code="unsupported_field", param=name)
+    stops = body.stops()
+    if len(stops) > 4 or any(not s for s in stops):
+        raise ServeError(400, "stop: up to 4 non-empty strings", code="bad_request", param="stop")
+
+
+def text_of(content) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n".join(part.text or "" for part in content if part.type == "text")
+
+
+def images_of(content) -> list[str]:
+    if content is None or isinstance(content, str):
+        return []
+    return [part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None]
+
+
+def message_chars(message: ChatMessageIn) -> int:
+    return len(text_of(message.content)) + sum(len(c.function.arguments) for c in message.tool_calls or [])
+
+
+@dataclass
+class Dialogue:
+    """The request's conversation in the sample format: what `GeoPilot.chat` takes."""
+
+    system: str | None
+    history: list[dict] = field(default_factory=list)
+    query: str | None = None  # None: the conversation ends with tool results to answer from
+
+
+def read_dialogue(body: ChatCompletionRequest) -> Dialogue:
+    """The messages -> system prompt, history and query; 400 naming the message for what the chat template or
+    the tool protocol would not accept."""
+    messages = list(enumerate(body.messages))
+    dialogue = Dialogue(system=None)
+    if messages[0][1].role in ("system", "developer"):
+        dialogue.system = text_of(messages.pop(0)[1].content)
+    calls: dict[str, int] = {}  # the last plan's call ids -> their position
+    names: list[str] = []
+    results: list[dict | None] = []
+    out = dialogue.history
+
+    def flush(where: str) -> None:
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            ids = ", ".join(repr(k) for k, v in calls.items() if v in missing)
+            raise _bad(where, f"no tool message answers the call(s) {ids} of the preceding assistant message")
+        out.extend({"role": "tool", "name": names[i], "content": result} for i, result in enumerate(results))
+        calls.clear(), names.clear(), results.clear()
+
+    for index, message in messages:
+        where = f"messages.{index}"
+        role = message.role
+        if role != "tool" and calls:
+            flush(where)
+        if role in ("system", "developer"):
+            raise _bad(where, "a system message may only be the first message")
+        if images_of(message.content) and (role != "user" or out):
+            raise _bad(where, "the image must be in the first user message of a conversation")
+        if role == "user":
+            text = text_of(message.content)
+            if IMAGE_PLACEHOLDER in text:
+                raise _bad(where, f"the text must not contain {IMAGE_PLACEHOLDER!r}; send the image as image_url")
+            out.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n{text}" if not out else text})
+        elif role == "assistant" and message.tool_calls:
+            actions = [_action(f"{where}.tool_calls.{j}", call) for j, call in enumerate(message.tool_calls)]
+            for position, call in enumerate(message.tool_calls):
+                if call.id in calls:
+                    raise _bad(f"{where}.tool_calls.{position}.id", f"{call.id!r} is used twice")
+                calls[call.id] = position
+            names[:] = [a["tool"] for a in actions]
+            results[:] = [None] * len(actions)
+            out.append({"role": "assistant", "reasoning": text_of(message.content), "actions": actions, "value": None})
+        elif role == "assistant":
+            out.append({"role": "assistant", "reasoning": "", "actions": [], "value": text_of(message.content)})
+        else:  # tool
+            if not calls:
+                raise _bad(where, "a tool message must follow the assistant message whose tool_calls it answers")
+            if message.tool_call_id not in calls:
+                known = ", ".join(repr(k) for k in calls)
+                raise _bad(
+                    f"{where}.tool_call_id",
+                    f"{message.tool_call_id!r} matches no call of the plan (its calls: {known})",
+                )
+            position = calls[message.tool_call_id]
+            if results[position] is not None:
+                raise _bad(f"{where}.tool_call_id", f"{message.tool_call_id!r} is answered twice")
+            results[position] = tool_output(text_of(message.content)).model_dump(mode="json", exclude_defaults=True)
+    if calls:
+        flush(f"messages.{len(body.messages)}")
+    if not out or out[0]["role"] != "user":
+        raise ServeError(400, "the conversation must start with a user message", code="bad_request")
+    if IMAGE_PLACEHOLDER not in out[0]["content"]:
+        raise ServeError(400, "a conversation needs an image (an image_url part of its first user message)")
+    last = out[-1]
+    if last["role"] == "tool":
+        if body.tools is None:
+            raise ServeError(400, "the messages end with tool results: send the tools too", code="bad_request")
+        return dialogue
+    if last["role"] != "user":
+        raise ServeError(400, "the last message must be the user's question or tool results", code="bad_request")
+    out.pop()
+    dialogue.query = last["content"].replace(IMAGE_PLACEHOLDER, "").strip()
+    return dialogue
+
+
+def _action(where: str, call: ToolCall) -> dict:
+    try:
+        params = json.loads(call.function.arguments or "{}")
+    except (ValueError, RecursionError) as err:
+        raise _bad(f"{where}.function.arguments", f"not JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(params, dict):
+        raise _bad(f"{where}.function.arguments", f"must be a JSON object, got {type(params).__name__}")
+    return {"tool": call.function.name, "params": params}
+
+
+def _bad(where: str, why: str) -> ServeError:
+    return ServeError(400, f"{where}: {why}", code="bad_request", param=where)
+
+
+def client_tools(
+    body: ChatCompletionRequest, known: list[str], allow_unknown: bool, system: str | None
+) -> tuple[ClientTools | None, str | None]:
+    """The request's `tools` / `tool_choice` / `parallel_tool_calls` -> ClientTools (None without `tools`) and
+    the system prompt (with the untrained tools' schemas appended, where they are allowed)."""
+    if body.tools is None:
+        return None, system
+    names = tuple(t.function.name for t in body.tools)
+    if len(set(names)) != len(names):
+        raise ServeError(400, "tools: two tools have the same name", code="bad_request", param="tools")
+    unknown = tuple(n for n in names if n not in known)
+    if unknown and not allow_unknown:
+        raise ServeError(
+            400,
+            f"tools: {', '.join(unknown)} unknown to this model; it was trained on {', '.join(known)} "
+            "(the server's --allow-unknown-tools offers others untrained)",
+            code="unknown_tool",
+            param="tools",
+        )
+    choice = body.tool_choice or "auto"
+    if isinstance(choice, NamedToolChoice):
+        choice = choice.function.name
+        if choice not in names:
+            raise ServeError(400, f"tool_choice: {choice!r} is not in tools", code="bad_request", param="tool_choice")
+    if unknown:
+        schemas = [t.function.model_dump(exclude_none=True) for t in body.tools if t.function.name in unknown]
+        system = f"{SYSTEM_PROMPT if system is None else system}\n{UNTRAINED_TOOLS} {dumps(schemas)}"
+    parallel = body.parallel_tool_calls is not False
+    return ClientTools(names, unknown, choice, parallel), system
+
+
+def tool_call_entries(plan: AssistantMessage) -> list[dict]:
+    """A plan's calls in the OpenAI shape (`arguments` as JSON text), each with a fresh id."""
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": action.tool, "arguments": json.dumps(action.params, ensure_ascii=False)},
+        }
+        for action in plan.actions
+    ]
