@@ -1,4 +1,4 @@
-"""The training recipe: one stage of the two-stage curriculum (DESIGN §6), resumable, on 1..N processes.
+"""The training recipe: one stage of the two-stage curriculum (docs/design.md §6), resumable, on 1..N processes.
 
 `train(cfg, on_step)` reads top to bottom: config -> engine -> model -> data -> resume -> loop -> export. Re-running
 the same command after a crash continues from the latest complete checkpoint with the same samples in the same
