@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import struct
 import time
-import zlib
 
 import numpy as np
 import pytest
+from helpers.images import header_png
 from PIL import Image
 
 from geopilot.errors import ImageInputError, ImageTooLargeError
@@ -16,15 +15,7 @@ from geopilot.image import load_image, stretch_to_uint8
 
 def write_png_header_bomb(path, width: int, height: int) -> None:
     """A valid PNG of width x height 1-bit pixels, all zero: ~50 KB on disk, 400 M pixels when decoded."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    row = b"\x00" * (1 + (width + 7) // 8)
-    compressor = zlib.compressobj(9)
-    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
-    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    path.write_bytes(header_png(width, height))
 
 
 @pytest.mark.parametrize("suffix", [".png", ".jpg", ".tif"])

@@ -105,18 +105,7 @@ def test_size_limits_give_413(server):
 def test_long_thin_and_pillow_bomb_images_are_413_at_once(server):
     """1 x 20000 (pads to 400 M pixels) and 15000 x 15000 (over Pillow's bomb limit): 413 image_too_large from the
     header, in well under a second, and the server keeps answering."""
-    import struct
-    import zlib
-
-    def header_png(width: int, height: int) -> bytes:
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-        row = b"\x00" * (1 + (width + 7) // 8)
-        compressor = zlib.compressobj(9)
-        idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
-        ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    from helpers.images import header_png
 
     default_limit, _ = server()  # 40 M pixels: the thin images pad to 400 M
     huge_limit, _ = server(max_image_pixels=10**9)  # over ours, so Pillow's own bomb check must answer

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.serving import KEY, data_url, header_png, image_host, image_message
+from helpers.images import header_png
+from helpers.serving import KEY, data_url, image_host, image_message
 
 pytestmark = pytest.mark.slow  # about a minute: a server process, a quiet and a hostile run
 ROOT = Path(__file__).resolve().parents[2]
