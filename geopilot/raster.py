@@ -13,6 +13,7 @@ bounded by the picture, one window and the cache, whatever the scene's size (ben
 from __future__ import annotations
 
 import math
+import re
 import threading
 import warnings
 from collections.abc import Sequence
@@ -214,11 +215,20 @@ def wgs84_problem(georef: GeoRef | None) -> str | None:
     px, py = georef.width / 2, georef.height / 2
     try:
         lon, lat = transform(georef.crs, "EPSG:4326", [a * px + b * py + c], [d * px + e * py + f])
+        reason = None if math.isfinite(lon[0]) and math.isfinite(lat[0]) else "no finite coordinates"
     except Exception as err:  # noqa: BLE001 - PROJ/GDAL raise several types; any of them means "cannot"
-        return f"the CRS {georef.crs} cannot be reprojected to WGS 84 ({err}): no GeoJSON, the GeoPackage keeps it"
-    if not (math.isfinite(lon[0]) and math.isfinite(lat[0])):
-        return f"the CRS {georef.crs} cannot be reprojected to WGS 84 (no finite coordinates)"
-    return None
+        reason = str(err).split(" from ", 1)[0]  # the rest repeats the whole CRS as PROJJSON
+    if reason is None:
+        return None
+    return (
+        f"the CRS {crs_label(georef.crs)} cannot be reprojected to WGS 84 ({reason}): no GeoJSON; a GeoPackage keeps it"
+    )
+
+
+def crs_label(crs: str) -> str:
+    """ "EPSG:32633", or the name a WKT gives its CRS ("Mars 2000")."""
+    named = re.match(r'^\s*[A-Z_]+\["([^"]+)"', crs)
+    return named.group(1) if named else crs[:80]
 
 
 def open_raster(source: Path | bytes, name: str, max_pixels: int, bands: Sequence[int] | None) -> LoadedImage:

@@ -56,7 +56,7 @@ def wgs84_problem(georef: GeoRef) -> str | None:
     return problem(georef)
 
 
-def _mask_array(rle: RLE) -> np.ndarray:
+def mask_array(rle: RLE) -> np.ndarray:
     from pycocotools import mask as mask_utils
 
     return mask_utils.decode({"size": list(rle.size), "counts": rle.counts.encode("ascii")})
@@ -66,7 +66,7 @@ def mask_geometry(rle: RLE, georef: GeoRef) -> MultiPolygon | None:
     """A mask's outline in source pixels (the mask may be of a decimated read), or None for an empty mask."""
     from rasterio.features import shapes
 
-    mask = np.ascontiguousarray(_mask_array(rle))
+    mask = np.ascontiguousarray(mask_array(rle))
     if not mask.any():
         return None
     parts = [shape(geom) for geom, _ in shapes(mask, mask=mask.astype(bool), connectivity=4)]
