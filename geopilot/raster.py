@@ -203,6 +203,12 @@ def georef_of(dataset) -> GeoRef | None:
     return GeoRef((t.a, t.b, t.c, t.d, t.e, t.f), crs, dataset.width, dataset.height)
 
 
+def read_georef(path: Path) -> GeoRef | None:
+    """A GeoTIFF's georeference from its header alone (nothing decoded)."""
+    with _open_dataset(path, str(path)) as dataset:
+        return georef_of(dataset)
+
+
 def wgs84_problem(georef: GeoRef | None) -> str | None:
     """Why outputs of this raster cannot be put on the map in WGS 84 (said once per image), or None."""
     if georef is None:

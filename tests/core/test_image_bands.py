@@ -10,32 +10,8 @@ from geopilot.errors import ImageInputError
 from geopilot.image import infer_modality, load_image
 
 rasterio = pytest.importorskip("rasterio")
+from helpers.geo_fixtures import S2_NAMES, distinct_bands, write_tif  # noqa: E402
 from rasterio.enums import ColorInterp  # noqa: E402
-from rasterio.transform import from_origin  # noqa: E402
-
-S2_NAMES = ["B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12"]
-
-
-def write_tif(path, data, descriptions=None, colorinterp=None, tags=None, nodata=None, crs="EPSG:32633"):
-    count, height, width = data.shape
-    profile = {"driver": "GTiff", "width": width, "height": height, "count": count, "dtype": data.dtype.name}
-    with rasterio.open(
-        path, "w", crs=crs, transform=from_origin(500_000, 4_200_000, 10, 10), nodata=nodata, **profile
-    ) as dst:
-        dst.write(data)
-        if descriptions:
-            dst.descriptions = tuple(descriptions)
-        if colorinterp:
-            dst.colorinterp = colorinterp
-        for band, band_tags in (tags or {}).items():
-            dst.update_tags(band, **band_tags)
-    return path
-
-
-def distinct_bands(count, height=40, width=50):
-    """Band b holds values around 1000 * b, so which band went where can be read back from the picture."""
-    rng = np.random.default_rng(count)
-    return np.stack([rng.integers(0, 1000, (height, width)) + 1000 * (b + 1) for b in range(count)]).astype(np.uint16)
 
 
 def shows(loaded, data, bands):

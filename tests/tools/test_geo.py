@@ -13,7 +13,7 @@ from geopilot.records import AnnotationRecord, ObjectAnnotation, RoadGraphAnnota
 from geopilot.sample import Action
 from geopilot.tool_output import Detection, RoadGraph, ToolOutput
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
-from geopilot.tools.canonical import encode_mask, pixel_box, segment_class
+from geopilot.tools.canonical import encode_mask, segment_class
 from geopilot.tools.geo import pixel_features, rfc7946_problems, to_geojson
 from geopilot.tools.geo_files import GeoExportError, export
 from geopilot.tools.registry import build_registry
@@ -22,47 +22,16 @@ from geopilot.wire import format_tool_turn
 
 rasterio = pytest.importorskip("rasterio")
 pyogrio = pytest.importorskip("pyogrio")
+from helpers.geo_fixtures import BRIGHT, ORIGIN_X, ORIGIN_Y, PIXEL, UTM, BrightSpotDetector, H, W, write_scene  # noqa: E402
 from rasterio.transform import from_origin  # noqa: E402
 from rasterio.warp import transform as warp_transform  # noqa: E402
 
-W, H = 700, 500
-ORIGIN_X, ORIGIN_Y, PIXEL = 500_000.0, 4_200_000.0, 10.0  # UTM 33N: about 15.0 E, 37.9 N
-UTM = "EPSG:32633"
 TOLERANCE_DEG = 1e-7
-BRIGHT = (303, 123, 338, 171)  # x1, y1, x2, y2 (pixel edges) of the one bright object; 303 / 700 rounds to 0.433
-
-
-def write_scene(path, crs=UTM, width=W, height=H, nodata_rows=0):
-    data = np.full((3, height, width), 40, dtype=np.uint8)
-    x1, y1, x2, y2 = BRIGHT
-    data[:, y1:y2, x1:x2] = 250
-    data[:, height - nodata_rows :, :] = 0
-    transform = from_origin(ORIGIN_X, ORIGIN_Y, PIXEL, PIXEL)
-    profile = {"driver": "GTiff", "width": width, "height": height, "count": 3, "dtype": "uint8"}
-    with rasterio.open(path, "w", crs=crs, transform=transform, nodata=0 if nodata_rows else None, **profile) as dst:
-        dst.write(data)
-    return path
 
 
 @pytest.fixture
 def scene(tmp_path):
     return write_scene(tmp_path / "scene.tif")
-
-
-class BrightSpotDetector:
-    """A real (if simple) detector: the bounding box of the bright pixels of the tile it is given, in that tile's
-    pixels exactly (`pixel_box`), the way a backend that keeps its own pixel geometry reports it."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def detect(self, image: Image.Image, categories):
-        self.calls += 1
-        ys, xs = np.nonzero(np.asarray(image)[:, :, 0] > 200)
-        if xs.size == 0:
-            return []
-        pixels = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
-        return [Detection(label="ship", box=pixel_box(pixels, *image.size), score=0.9, pixel_box=pixels)]
 
 
 def detect(image, detector=None, tile=256):
