@@ -147,10 +147,12 @@ class GeoPilot:
         generation: GenerationOptions | dict | None = None,
         modality: Modality | None = None,
         stream: Callable[[str], None] | None = None,
+        bands: list[int] | None = None,
     ) -> ChatResult:
         """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded.
-        `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating."""
-        request = {"image": image, "query": query, "history": history, "modality": modality}
+        `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating.
+        `bands` (1-based, e.g. [4, 3, 2]) picks the bands shown as RGB; None: geopilot.bands decides."""
+        request = {"image": image, "query": query, "history": history, "modality": modality, "bands": bands}
         prepared = self._prepare(to_chat_request(request))
         return self._run([prepared], checked_rounds(max_rounds), checked_options(generation), stream)[0]
 
@@ -161,7 +163,7 @@ class GeoPilot:
         generation: GenerationOptions | dict | None = None,
     ) -> list[ChatResult]:
         """Many requests in one batch (in process: left-padded, one KV cache; over HTTP: sent concurrently);
-        results in request order."""
+        results in request order. Each request may name its `bands`."""
         if not requests:
             return []
         prepared = [self._prepare(to_chat_request(r, i)) for i, r in enumerate(requests)]
@@ -175,10 +177,11 @@ class GeoPilot:
         max_rounds: int = 1,
         generation: GenerationOptions | dict | None = None,
         modality: Modality | None = None,
+        bands: list[int] | None = None,
     ) -> AnswerStream:
         """Like `chat`, as an iterator of answer text pieces; `.result` holds the ChatResult once it is exhausted.
         Input errors raise here, before any generation."""
-        request = {"image": image, "query": query, "history": history, "modality": modality}
+        request = {"image": image, "query": query, "history": history, "modality": modality, "bands": bands}
         prepared = self._prepare(to_chat_request(request))
         options, max_rounds = checked_options(generation), checked_rounds(max_rounds)
         return AnswerStream(lambda on_text: self._run([prepared], max_rounds, options, on_text)[0])
@@ -231,8 +234,9 @@ class GeoPilot:
             for row, next_text in zip(rows, take_all(dialogues, rows, turns), strict=True):
                 if next_text is not None:
                     pending[row] = next_text
-        for dialogue in dialogues:
+        for dialogue, request in zip(dialogues, prepared, strict=True):
             dialogue.timings_and_tokens(session.encode_seconds, self.image_tokens, started)
+            dialogue.result.describe_image(request.image)
         return [d.result for d in dialogues]
 
     def _turn_room(

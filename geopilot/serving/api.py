@@ -76,6 +76,7 @@ class GeoPilotOptions(BaseModel):
     max_rounds: int | None = Field(None, ge=0)
     modality: Literal["optical", "sar"] | None = None
     visualize: bool = False
+    bands: list[int] | None = None  # band numbers shown as R, G, B (or one, grey); geopilot.bands
 
 
 class ChatCompletionRequest(BaseModel):
@@ -291,10 +292,12 @@ def _conversation(body: ChatCompletionRequest, image: bytes | str, max_pixels: i
     """The OpenAI messages and the image (bytes, or a data URL to decode) -> one chat request (image checked)."""
     data = decode_data_url(image) if isinstance(image, str) else image
     marked = [(m.role, _text(m.content), bool(_images(m.content))) for m in body.messages if m.role != "system"]
-    return chat_request(marked, data, max_pixels, body.geopilot.modality)
+    return chat_request(marked, data, max_pixels, body.geopilot.modality, body.geopilot.bands)
 
 
-def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None) -> dict[str, Any]:
+def chat_request(
+    turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None, bands=None
+) -> dict[str, Any]:
     """`(role, text, has_image)` turns ending with the user's question, and the image bytes -> the request dict
     `GeoPilot.chat_batch` takes: the image checked (413 over `max_pixels`) and loaded, the earlier turns as
     `history` (assistant turns as their answers). The FastChat worker uses it too."""
@@ -307,7 +310,7 @@ def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: i
         raise ServeError(400, "the image must be in the first user message of a conversation", code="bad_request")
     check_image(image, max_pixels)
     try:
-        loaded = load_image(image, max_pixels)
+        loaded = load_image(image, max_pixels, bands=bands)
     except ImageTooLargeError as err:
         raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
     except GeoPilotInputError as err:
@@ -387,6 +390,9 @@ def _visualization(job: Job, result) -> str:
 
 async def _extension(result, job: Job, body: ChatCompletionRequest) -> dict:
     extension = {"tool_calls": _tool_calls(result), "result": result.model_dump(mode="json")}
+    features = [f for c in result.tool_calls if c.output and c.output.geojson for f in c.output.geojson["features"]]
+    if features:  # a georeferenced image: every call's features as one RFC 7946 FeatureCollection (WGS 84)
+        extension["geojson"] = {"type": "FeatureCollection", "features": features}
     if body.geopilot.visualize:
         extension["visualization"] = await asyncio.to_thread(_visualization, job, result)
     return extension

@@ -152,3 +152,19 @@ def test_band_names_are_normalised():
     assert band_name("B4, central wavelength 665 nm") == "B4" and band_name(" sr_b4 ") == "SR_B4"
     assert band_name(None, {"POLARISATION": "VV"}) == "VV" and band_name("") is None
     assert choose_bands(2, names=["HH", "HV"]).bands == (1,)
+
+
+def test_chat_takes_bands_and_reports_them(tmp_path, make_pilot):
+    from helpers.scripted import answer
+
+    path = write_tif(tmp_path / "ms.tif", distinct_bands(5))
+    pilot, _ = make_pilot([answer("Fields.")], [answer("Fields.")], [answer("Fields.")])
+    guessed = pilot.chat(str(path), "What is this?")
+    assert guessed.bands == [1, 2, 3] and guessed.bands_reason == "first three bands"
+    assert len(guessed.image_notes) == 1 and "bands=[r, g, b]" in guessed.image_notes[0]
+    chosen = pilot.chat(str(path), "What is this?", bands=[5, 4, 3])
+    assert chosen.bands == [5, 4, 3] and chosen.bands_reason == "explicit" and chosen.image_notes == []
+    (batched,) = pilot.chat_batch([{"image": str(path), "query": "What is this?", "bands": [2]}])
+    assert batched.bands == [2]
+    with pytest.raises(ImageInputError, match="band 9 is out of range"):
+        pilot.chat(str(path), "What is this?", bands=[9, 4, 3])
