@@ -29,6 +29,8 @@ from geopilot.image import RASTERIO_DRIVER, GeoRef, LoadedImage, percentile_limi
 
 PICTURE_MAX_SIDE = 2048  # the model sees 336 px; the picture is also what is drawn on and sent to a vLLM server
 GDAL_CACHE_BYTES = 64 * 2**20
+CHUNK_SOURCE_PX = 2048  # decimated reads go chunk by chunk of about this many source pixels a side, so GDAL's
+# cache holds the blocks one output row needs (a whole-width read re-decodes a 20k-px block row for every row)
 
 Limits = tuple[float, float] | None  # per band: (lo, hi) of the stretch, None = no valid pixel (black)
 
@@ -120,16 +122,9 @@ class RasterSource:
 
     def read(self, box: Sequence[int], out_size: tuple[int, int], locked: bool = False) -> Image.Image | None:
         import rasterio
-        from rasterio.windows import Window
 
-        x0, y0, x1, y1 = box
         with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES), self._open(locked) as dataset:
-            data = dataset.read(
-                list(self.choice.bands),
-                window=Window(x0, y0, x1 - x0, y1 - y0),
-                out_shape=(len(self.choice.bands), out_size[1], out_size[0]),
-                masked=True,
-            )
+            data = read_chunked(dataset, self.choice.bands, box, out_size)
         if np.ma.getmaskarray(data).all() or (data.dtype.kind == "f" and not np.isfinite(np.ma.getdata(data)).any()):
             return None
         return Image.fromarray(to_rgb(data, self.stretch), "RGB")
@@ -138,6 +133,30 @@ class RasterSource:
         if isinstance(self._source, Path):
             return _open_dataset(self._source, self.name)
         return _LockedMemoryDataset(self, locked)
+
+
+def read_chunked(dataset, bands: Sequence[int], box: Sequence[float], out_size: tuple[int, int]) -> np.ma.MaskedArray:
+    """Source pixels `box` (x0, y0, x1, y1) of `bands`, read at `out_size` (nearest, masked), in chunks of about
+    CHUNK_SOURCE_PX source pixels: the same pixels as one read, with a bounded working set in GDAL's cache."""
+    from rasterio.windows import Window
+
+    x0, y0, x1, y1 = box
+    out_w, out_h = out_size
+    sx, sy = (x1 - x0) / out_w, (y1 - y0) / out_h
+    step_x, step_y = max(1, int(CHUNK_SOURCE_PX / sx)), max(1, int(CHUNK_SOURCE_PX / sy))
+    if step_x >= out_w and step_y >= out_h:
+        window = Window(x0, y0, x1 - x0, y1 - y0)
+        return dataset.read(list(bands), window=window, out_shape=(len(bands), out_h, out_w), masked=True)
+    values = np.empty((len(bands), out_h, out_w), dtype=dataset.dtypes[bands[0] - 1])
+    invalid = np.empty(values.shape, dtype=bool)
+    for oy in range(0, out_h, step_y):
+        for ox in range(0, out_w, step_x):
+            cw, ch = min(step_x, out_w - ox), min(step_y, out_h - oy)
+            window = Window(x0 + ox * sx, y0 + oy * sy, cw * sx, ch * sy)  # fractional: GDAL samples as one read
+            part = dataset.read(list(bands), window=window, out_shape=(len(bands), ch, cw), masked=True)
+            values[:, oy : oy + ch, ox : ox + cw] = np.ma.getdata(part)
+            invalid[:, oy : oy + ch, ox : ox + cw] = np.ma.getmaskarray(part)
+    return np.ma.MaskedArray(values, mask=invalid)
 
 
 class _LockedMemoryDataset:
@@ -251,7 +270,7 @@ def open_raster(source: Path | bytes, name: str, max_pixels: int, bands: Sequenc
 
             try:
                 with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
-                    data = dataset.read(list(choice.bands), out_shape=(len(choice.bands), out_h, out_w), masked=True)
+                    data = read_chunked(dataset, choice.bands, (0, 0, width, height), (out_w, out_h))
             except RasterioIOError as err:
                 raise ImageInputError(f"{name}: corrupt raster data: {err}") from None
             georef = georef_of(dataset)
