@@ -168,3 +168,15 @@ def test_chat_takes_bands_and_reports_them(tmp_path, make_pilot):
     assert batched.bands == [2]
     with pytest.raises(ImageInputError, match="band 9 is out of range"):
         pilot.chat(str(path), "What is this?", bands=[9, 4, 3])
+
+
+def test_chunked_decimated_reads_give_the_pixels_of_one_read(tmp_path, monkeypatch):
+    import geopilot.raster
+
+    data = np.random.default_rng(3).integers(0, 60000, (3, 300, 500), dtype=np.uint16)
+    path = write_tif(tmp_path / "c.tif", data, nodata=7)
+    whole = load_image(path, max_pixels=200 * 200)
+    monkeypatch.setattr(geopilot.raster, "CHUNK_SOURCE_PX", 64)  # ~9 x 5 chunks instead of one read
+    chunked = load_image(path, max_pixels=200 * 200)
+    assert whole.image.size == (200, 120) and np.array_equal(np.asarray(whole.image), np.asarray(chunked.image))
+    assert whole.raster.stretch == chunked.raster.stretch
