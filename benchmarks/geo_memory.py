@@ -116,7 +116,10 @@ def measure(path: Path) -> dict:
         reasoning="Count them.", actions=[Action(tool="detect_objects", params={"categories": ["ship"]})]
     )
     texts = [assistant_json(plan), assistant_json(AssistantMessage(reasoning="Counted.", value="Ships."))]
-    adapter = DetectorAdapter(BrightSpots(), DetectorOptions(tile_size=TILE, tile_overlap=OVERLAP, score_threshold=0.0))
+    adapter = DetectorAdapter(
+        BrightSpots(),
+        DetectorOptions(tile_size=TILE, tile_overlap=OVERLAP, score_threshold=0.0, max_detections=100_000),
+    )
     registry = ToolRegistry(
         [TaskTool(TASKS_BY_NAME["detect_objects"], adapter, "bright_spots", 10**12)], timeout_s=3600
     )
