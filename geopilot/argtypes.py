@@ -21,6 +21,16 @@ def port(text: str) -> int:
     return value
 
 
+def bands(text: str) -> list[int]:
+    """`--bands 4,3,2`: band numbers (1-based) shown as red, green, blue, or one band shown grey."""
+    from geopilot.bands import parse_bands
+
+    try:
+        return parse_bands(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def int_in(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _number(text, int, "a whole number")

@@ -1,27 +1,29 @@
-"""Image input: PNG/JPEG/TIFF (GeoTIFF through rasterio when installed), SAR and 16-bit data, size limits.
+"""Image input: PNG/JPEG/TIFF (GeoTIFF through rasterio when installed), SAR and 16-bit data, size limits, bands.
 
 Rules, in order:
 1. The size is checked from the header, before anything is decoded, against `max_pixels` twice: the pixel count,
    and the square of the longest side, because the model pads every image to a square of its long side (a 143-byte
    1 x 20000 PNG would otherwise cost a 20000 x 20000 buffer). A GeoTIFF over the limit is read decimated to fit it
    (GDAL reads overviews or subsamples); any other format is refused (`ImageTooLargeError`, 413 in the API), as is
-   one over Pillow's own decompression-bomb limit.
+   one over Pillow's own decompression-bomb limit. A GeoTIFF is never decoded whole: its picture is a decimated read
+   of at most 2048 px a side, and tools read it through `LoadedImage.raster` (`geopilot.raster`).
 2. Data deeper than 8 bits (16-bit, 32-bit int, float) is stretched to 8 bits per band with a percentile rule:
-   `lo, hi = percentile(band, 2), percentile(band, 98)` over finite values, `out = clip((x - lo) / (hi - lo), 0, 1) * 255`.
-   8-bit data is used as is.
-3. One band (SAR amplitude, grayscale) is replicated to 3; 2 bands use the first; more than 3 use the first 3;
-   alpha is dropped.
-4. Modality, when the caller does not say (`infer_modality`): an image without colour is SAR, one with colour is
-   optical. "Without colour" means the loaded 8-bit RGB has (nearly) equal channels: mean per-pixel spread
+   `lo, hi = percentile(band, 2), percentile(band, 98)` over valid values (finite, and not the GeoTIFF's nodata),
+   `out = clip((x - lo) / (hi - lo), 0, 1) * 255`; nodata pixels are black. 8-bit data is used as is.
+3. Which bands are shown is `geopilot.bands` (explicit `bands=`, colour interpretation, known band names, else the
+   first three); one band (SAR amplitude, grayscale) is replicated to 3; alpha is dropped.
+4. Modality, when the caller does not say (`infer_modality`): what the band names say (VV/VH: SAR; a known optical
+   sensor: optical), else an image without colour is SAR, one with colour is optical. "Without colour" means the
+   loaded 8-bit RGB has (nearly) equal channels: mean per-pixel spread
    max(R, G, B) - min(R, G, B) below `GREY_SPREAD` levels (lossy codecs leave a little chroma noise). So one band
    at any depth (SAR amplitude, 16-bit included), two bands (dual-pol: the first is shown) and grey stored as RGB
    (SSDD/HRSID JPEGs) read as SAR; 16-bit or float data with distinct bands (multispectral) reads as optical, since
    bit depth alone does not tell SAR from optical. A panchromatic optical image also reads as SAR by this rule:
    declare `modality="optical"` for those. The agent gates tools by modality only when the caller declared it.
 Decoders: only those GeoPilot needs are reachable. Pillow is opened with `formats=PILLOW_FORMATS` (PNG, JPEG, TIFF,
-WebP), so EPS (which hands the bytes to Ghostscript) and Pillow's other decoders never see the input; GeoTIFFs go to
-rasterio with the GTiff driver only. An empty (0-pixel) image, a directory or an object that is not an image is a
-one-line `ImageInputError`.
+WebP), so EPS (which hands the bytes to Ghostscript) and Pillow's other decoders never see the input; GeoTIFFs (files
+named .tif/.tiff, and TIFF bytes) go to rasterio with the GTiff driver only. An empty (0-pixel) image, a directory or
+an object that is not an image is a one-line `ImageInputError`.
 The model-side geometry (pad to a square with the CLIP mean colour, resize to 336) is the image processor's.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,9 +39,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from geopilot.bands import BandChoice, choose_bands
 from geopilot.errors import ImageInputError, ImageTooLargeError
 
 if TYPE_CHECKING:
+    from geopilot.raster import RasterSource
     from geopilot.sample import Modality
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 10k x 10k; training data and the API can set their own
@@ -48,6 +53,7 @@ MODALITY_SAMPLE_PIXELS = 1_000_000  # rule 4 looks at a regular subsample of at 
 GEOTIFF_SUFFIXES = {".tif", ".tiff"}
 PILLOW_FORMATS = ("PNG", "JPEG", "TIFF", "WEBP")  # the decoders Pillow may use; every other one is unreachable
 RASTERIO_DRIVER = "GTiff"  # the one GDAL driver rasterio may use
+TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF, both byte orders
 
 
 @dataclass(frozen=True)
@@ -62,39 +68,73 @@ class GeoRef:
 
 @dataclass(frozen=True)
 class LoadedImage:
-    image: Image.Image  # 8-bit RGB
+    image: Image.Image  # 8-bit RGB: the picture the model sees (a GeoTIFF's is a decimated read)
     georef: GeoRef | None = None
     source_size: tuple[int, int] = (0, 0)  # (width, height) before any decimated read
+    bands: BandChoice | None = None  # which bands the picture shows, and why (geopilot.bands)
+    raster: RasterSource | None = None  # a GeoTIFF: full-resolution windows and the scene for the tools
+    notes: tuple[str, ...] = ()  # said once in the result: a guessed band choice, no CRS, a CRS not reprojectable
+
+    def scene(self) -> Image.Image:
+        """The whole image as tools that see it whole get it: a GeoTIFF decimated to fit `max_pixels`, else `image`."""
+        return self.raster.scene() if self.raster is not None else self.image
+
+    @property
+    def scene_size(self) -> tuple[int, int]:
+        return self.raster.scene_size if self.raster is not None else self.image.size
+
+
+def percentile_limits(valid: np.ndarray, percentiles: tuple[float, float] = STRETCH_PERCENTILES):
+    """Rule 2's (lo, hi) over a band's valid values, or None when the band is black (no valid or constant values)."""
+    if valid.size == 0:
+        return None
+    lo, hi = np.percentile(valid, percentiles)
+    if hi <= lo:  # (nearly) constant band: fall back to the full range, and to black if truly constant
+        lo, hi = valid.min(), valid.max()
+        if hi <= lo:
+            return None
+    return float(lo), float(hi)
 
 
 def stretch_to_uint8(band: np.ndarray, percentiles: tuple[float, float] = STRETCH_PERCENTILES) -> np.ndarray:
-    """Percentile stretch of one band to uint8 (rule 2 above)."""
+    """Percentile stretch of one band to uint8 (rule 2 above); NaN pixels are black."""
     values = band.astype(np.float64)
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
+    finite = np.isfinite(values)
+    limits = percentile_limits(values[finite], percentiles)
+    if limits is None:
         return np.zeros(band.shape, dtype=np.uint8)
-    lo, hi = np.percentile(finite, percentiles)
-    if hi <= lo:  # (nearly) constant band: fall back to the full range, and to black if truly constant
-        lo, hi = finite.min(), finite.max()
-        if hi <= lo:
-            return np.zeros(band.shape, dtype=np.uint8)
+    lo, hi = limits
     scaled = np.clip((np.nan_to_num(values, nan=lo) - lo) / (hi - lo), 0.0, 1.0)
-    return np.round(scaled * 255.0).astype(np.uint8)
+    return np.where(finite, np.round(scaled * 255.0), 0).astype(np.uint8)
 
 
-def to_rgb_uint8(bands: np.ndarray) -> np.ndarray:
-    """(H, W) or (H, W, C) array of any dtype -> (H, W, 3) uint8 (rules 2 and 3)."""
+def to_rgb_uint8(bands: np.ndarray, choice: BandChoice | None = None) -> np.ndarray:
+    """(H, W) or (H, W, C) array of any dtype -> (H, W, 3) uint8 (rules 2 and 3), showing `choice` (default: rule 3)."""
     if bands.ndim == 2:
         bands = bands[:, :, None]
     if bands.ndim != 3 or bands.shape[2] == 0:
         raise ImageInputError(f"expected an (H, W) or (H, W, C) image array, got shape {bands.shape}")
-    channels = bands.shape[2]
-    bands = bands[:, :, :1] if channels in (1, 2) else bands[:, :, :3]
+    choice = choice or array_choice(bands.shape[2])
+    bands = bands[:, :, [b - 1 for b in choice.bands]]
     if bands.dtype != np.uint8:
         bands = np.stack([stretch_to_uint8(bands[:, :, c]) for c in range(bands.shape[2])], axis=2)
     if bands.shape[2] == 1:
         bands = np.repeat(bands, 3, axis=2)
     return np.ascontiguousarray(bands)
+
+
+def array_choice(channels: int, explicit: Sequence[int] | None = None, name: str = "image") -> BandChoice:
+    """The bands shown of an array or a Pillow image: RGB as it is, else `geopilot.bands.choose_bands`."""
+    if explicit is None and channels == 3:
+        return BandChoice((1, 2, 3), "RGB image")
+    return choose_bands(channels, explicit, name=name)
+
+
+def _loaded(array: np.ndarray, bands: Sequence[int] | None, name: str) -> LoadedImage:
+    choice = array_choice(1 if array.ndim == 2 else array.shape[2], bands, name)
+    size = (array.shape[1], array.shape[0])
+    notes = (choice.note,) if choice.note else ()
+    return LoadedImage(Image.fromarray(to_rgb_uint8(array, choice), "RGB"), None, size, choice, None, notes)
 
 
 def _pil_to_array(image: Image.Image) -> np.ndarray:
@@ -122,7 +162,7 @@ def check_size(width: int, height: int, max_pixels: int, name: str) -> None:
         )
 
 
-def _open_with_pil(data: Path | bytes, max_pixels: int, name: str) -> LoadedImage:
+def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequence[int] | None) -> LoadedImage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit below is the one that counts
         try:
@@ -142,39 +182,7 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str) -> LoadedImag
         except (OSError, SyntaxError, ValueError) as err:  # truncated or corrupt data
             raise ImageInputError(f"{name}: corrupt or truncated image data ({err})") from None
         array = _pil_to_array(handle)
-    return LoadedImage(Image.fromarray(to_rgb_uint8(array), "RGB"), None, (array.shape[1], array.shape[0]))
-
-
-def _open_with_rasterio(path: Path, max_pixels: int) -> LoadedImage:
-    import rasterio
-    from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NotGeoreferencedWarning)  # a plain TIFF: georef stays None
-            dataset = rasterio.open(path, driver=RASTERIO_DRIVER)
-    except RasterioIOError as err:
-        raise ImageInputError(f"{path}: cannot be read as a raster: {err}") from None
-    with dataset:
-        width, height = dataset.width, dataset.height
-        scale = min(1.0, max_pixels**0.5 / max(width, height))  # rule 1: the padded square fits max_pixels
-        out_w, out_h = max(1, int(width * scale)), max(1, int(height * scale))
-        bands = list(range(1, min(dataset.count, 3) + 1))
-        try:
-            array = dataset.read(bands, out_shape=(len(bands), out_h, out_w))
-        except RasterioIOError as err:
-            raise ImageInputError(f"{path}: corrupt raster data: {err}") from None
-        nodata = dataset.nodata
-        georef = None
-        if dataset.crs is not None or not dataset.transform.is_identity:
-            t = dataset.transform
-            georef = GeoRef(
-                (t.a, t.b, t.c, t.d, t.e, t.f), dataset.crs.to_string() if dataset.crs else None, width, height
-            )
-    array = np.moveaxis(array, 0, 2)
-    if nodata is not None and array.dtype != np.uint8:
-        array = np.where(array == nodata, np.nan, array.astype(np.float64))
-    return LoadedImage(Image.fromarray(to_rgb_uint8(array), "RGB"), georef, (width, height))
+    return _loaded(array, bands, name)
 
 
 def _rasterio_available() -> bool:
@@ -186,12 +194,15 @@ def _rasterio_available() -> bool:
 
 
 def load_image(
-    source: str | Path | bytes | Image.Image | np.ndarray, max_pixels: int = DEFAULT_MAX_PIXELS
+    source: str | Path | bytes | Image.Image | np.ndarray,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    bands: Sequence[int] | None = None,
 ) -> LoadedImage:
-    """Any supported input -> 8-bit RGB (+ georeference for GeoTIFFs). Raises ImageInputError with the reason."""
+    """Any supported input -> 8-bit RGB (+ georeference for GeoTIFFs), showing `bands` (1-based; default: rule 3).
+    Raises ImageInputError with the reason."""
     if isinstance(source, Image.Image):
         check_size(source.width, source.height, max_pixels, "image")
-        return LoadedImage(Image.fromarray(to_rgb_uint8(_pil_to_array(source)), "RGB"), None, source.size)
+        return _loaded(_pil_to_array(source), bands, "image")
     if isinstance(source, np.ndarray):
         if source.ndim not in (2, 3) or source.dtype.kind not in "biuf":
             raise ImageInputError(
@@ -199,9 +210,14 @@ def load_image(
             )
         check_size(source.shape[1], source.shape[0], max_pixels, "array")
         pixels = source.astype(np.uint8) if source.dtype.kind == "b" else source
-        return LoadedImage(Image.fromarray(to_rgb_uint8(pixels), "RGB"), None, (source.shape[1], source.shape[0]))
+        return _loaded(pixels, bands, "array")
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _open_with_pil(bytes(source), max_pixels, "image bytes")
+        data = bytes(source)
+        if data[:4] in TIFF_MAGIC and _rasterio_available():
+            from geopilot.raster import open_raster
+
+            return open_raster(data, "image bytes", max_pixels, bands)
+        return _open_with_pil(data, max_pixels, "image bytes", bands)
     if not isinstance(source, (str, Path)):
         raise ImageInputError(
             f"the image must be a file path, bytes, a PIL image or a numpy array, got {type(source).__name__}"
@@ -212,12 +228,17 @@ def load_image(
     if not path.is_file():
         raise ImageInputError(f"image not found: {path}")
     if path.suffix.lower() in GEOTIFF_SUFFIXES and _rasterio_available():
-        return _open_with_rasterio(path, max_pixels)
-    return _open_with_pil(path, max_pixels, str(path))
+        from geopilot.raster import open_raster
+
+        return open_raster(path, str(path), max_pixels, bands)
+    return _open_with_pil(path, max_pixels, str(path), bands)
 
 
 def infer_modality(image: LoadedImage | Image.Image) -> Modality:
-    """Rule 4: "sar" for an image without colour (one or two bands, or equal channels), else "optical"."""
+    """Rule 4: what the band names say, else "sar" for an image without colour (one or two bands, or equal
+    channels), else "optical"."""
+    if isinstance(image, LoadedImage) and image.bands is not None and image.bands.modality is not None:
+        return image.bands.modality
     pixels = image.image if isinstance(image, LoadedImage) else image
     array = np.asarray(pixels.convert("RGB") if pixels.mode != "RGB" else pixels)
     step = max(1, int((array.shape[0] * array.shape[1] / MODALITY_SAMPLE_PIXELS) ** 0.5))

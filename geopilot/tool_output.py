@@ -1,16 +1,20 @@
 """Canonical tool outputs (docs/design.md §4): what every backend returns and what samples store.
 
 Boxes are `[x1, y1, x2, y2]` normalised to [0, 1], rounded to 3 decimals, with x1 < x2 and y1 < y2.
-Masks are COCO RLE and never reach the LLM: `llm_view` reduces an output to counts, labels, areas and boxes.
+Beside them a detection may keep the same geometry unrounded in source pixels (`pixel_box`, `pixel_polygon`: pixels
+of the full-resolution image, a GeoTIFF's raster), which is what map coordinates are computed from; they are left
+out of the JSON when absent. Masks are COCO RLE and never reach the LLM: `llm_view` reduces an output to counts,
+labels, areas and boxes.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 DECIMALS = 3
+PIXEL_FIELDS = ("pixel_box", "pixel_polygon")  # left out of the JSON when None: samples stay as they were
 
 
 def _unit(value: float) -> float:
@@ -51,12 +55,23 @@ class Detection(_Strict):
     polygon: list[Point] | None = None  # rotated box or outline, normalised; >= 3 points
     mask: RLE | None = None
     area: float | None = Field(default=None, ge=0.0, le=1.0)  # fraction of the image the object covers
+    pixel_box: tuple[float, float, float, float] | None = None  # `box` in source pixels, unrounded
+    pixel_polygon: list[tuple[float, float]] | None = None  # `polygon` in source pixels, unrounded
 
     @model_validator(mode="after")
     def _polygon_has_three_points(self) -> Detection:
-        if self.polygon is not None and len(self.polygon) < 3:
-            raise ValueError(f"polygon needs at least 3 points, got {len(self.polygon)}")
+        for name, polygon in (("polygon", self.polygon), ("pixel_polygon", self.pixel_polygon)):
+            if polygon is not None and len(polygon) < 3:
+                raise ValueError(f"{name} needs at least 3 points, got {len(polygon)}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_pixels(self, handler) -> dict:
+        data = handler(self)
+        for name in PIXEL_FIELDS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class SegmentClass(_Strict):

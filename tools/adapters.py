@@ -1,7 +1,9 @@
 """Adapters from specialist models to task-level tools: each turns `run(tool, image, params)` into a model call.
 
 - `DetectorAdapter` wraps anything with `.detect(PIL image, categories) -> list[Detection]` (LAE-DINO, DenoDet): category
-  detection, fixed-vocabulary detection and top-1 grounding, tiled with overlap + NMS on large scenes.
+  detection, fixed-vocabulary detection and top-1 grounding, tiled with overlap + NMS on large scenes; a GeoTIFF's
+  tiles are read from the file at full resolution (`LoadedImage.raster`), all-nodata tiles skipped.
+The other adapters see the image whole: `LoadedImage.scene()` (a GeoTIFF decimated to fit the tools' `max_pixels`).
 - `SegmenterAdapter` wraps `.segment(PIL image, classes) -> list[SegmentClass]` (SegEarth-OV).
 - `MaskSegmenterAdapter` wraps RemoteSAM (`.ground`, `.segment_referring`, `.segment_instances`, `.segment_semantic`).
 - `RoadExtractorAdapter` wraps `.extract(PIL image) -> RoadGraph` (SAM-Road).
@@ -25,7 +27,7 @@ from geopilot.image import LoadedImage
 from geopilot.tool_output import Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
 from geopilot.tools.geo import save_geotiff
 from geopilot.tools.precision import precision_setting
-from geopilot.tools.tiling import detect_tiled
+from geopilot.tools.tiling import detect_windows
 from geopilot.vocabulary import canonical_class, dataset_classes, segearth_queries, segearth_threshold
 
 
@@ -214,8 +216,13 @@ class DetectorAdapter:
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
         categories = self._categories(tool, params)
         o = self.options
-        found = detect_tiled(
-            lambda tile: self.detector.detect(tile, categories), image.image, o.tile_size, o.tile_overlap, o.nms_iou
+        scene = image.raster if image.raster is not None else image.image
+        tiled = detect_windows(
+            lambda tile: self.detector.detect(tile, categories), scene, o.tile_size, o.tile_overlap, o.nms_iou
+        )
+        found = tiled.detections
+        empty = (
+            f"{tiled.empty_tiles} of {tiled.tiles} tiles are all nodata and were skipped" if tiled.empty_tiles else None
         )
         threshold = getattr(params, "score_threshold", None)
         threshold = o.score_threshold if threshold is None else threshold
@@ -226,10 +233,11 @@ class DetectorAdapter:
         if tool in self.GROUNDING_TOOLS:
             kept = kept[:1]
             if not kept:
-                return ToolOutput(message=f"nothing in the image matches {params.expression!r}")
+                nothing = f"nothing in the image matches {params.expression!r}"
+                return ToolOutput(message=f"{nothing}; {empty}" if empty else nothing)
         else:  # a closed-set detector labels with its own class names (DenoDet: "aircraft"): canonical ones out
             kept = [d.model_copy(update={"label": canonical_class(d.label)}) for d in kept]
-        return ToolOutput(detections=kept[: o.max_detections])
+        return ToolOutput(detections=kept[: o.max_detections], message=empty)
 
 
 class SegmenterAdapter:
@@ -244,13 +252,13 @@ class SegmenterAdapter:
             raise _unsupported(self, tool)
         o, classes = self.options, [c.strip() for c in params.classes]
         if o.class_prompts is None:
-            return ToolOutput(segments=self.segmenter.segment(image.image, classes, o.prob_threshold))
+            return ToolOutput(segments=self.segmenter.segment(image.scene(), classes, o.prob_threshold))
         queries = segearth_queries(classes, o.class_prompts)
         threshold = o.prob_threshold if o.prob_threshold is not None else segearth_threshold(o.class_prompts)
         asked: dict[str, str] = {}  # prompt -> the first class asked for with it
         for name, query in zip(classes, queries, strict=True):
             asked.setdefault(query.strip(), name)
-        segments = self.segmenter.segment(image.image, queries, threshold)
+        segments = self.segmenter.segment(image.scene(), queries, threshold)
         return ToolOutput(segments=[s.model_copy(update={"label": asked.get(s.label, s.label)}) for s in segments])
 
 
@@ -270,7 +278,7 @@ class MaskSegmenterAdapter:
         self.segmenter = segmenter
 
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
-        s, pil = self.segmenter, image.image
+        s, pil = self.segmenter, image.scene()
         if tool in ("ground", "segment_referring"):
             found = (
                 s.ground(pil, params.expression) if tool == "ground" else s.segment_referring(pil, params.expression)
@@ -293,7 +301,7 @@ class CloudRemovalAdapter:
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
         if tool != "remove_clouds":
             raise _unsupported(self, tool)
-        result = self.remover.restore(image.image)
+        result = self.remover.restore(image.scene())
         if image.georef is not None:  # a GeoTIFF in, a GeoTIFF out: same CRS, same footprint
             path = publish_artifact(
                 self.artifacts_dir, "remove_clouds", ".tif", lambda to: save_geotiff(result.restored, image.georef, to)
@@ -316,4 +324,4 @@ class RoadExtractorAdapter:
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
         if tool != "extract_roads":
             raise _unsupported(self, tool)
-        return ToolOutput(roads=self.extractor.extract(image.image))
+        return ToolOutput(roads=self.extractor.extract(image.scene()))

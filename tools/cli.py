@@ -2,6 +2,9 @@
 
     geopilot tools list [--json]
     geopilot tools run remove_clouds --image cloudy.png --out out/          # writes out/output.json + the image
+    geopilot tools run detect_objects --image s2.tif --bands 4,3,2 --params '{"categories": ["ship"]}' --out out/
+        # on a georeferenced GeoTIFF also out/output.geojson (RFC 7946, WGS 84), out/output.gpkg (native CRS) and,
+        # for segment_semantic, out/classes.tif (class ids, COG); geopilot.tools.geo_files
     geopilot tools run detect_objects --image scene.tif --params '{"categories": ["ship"]}' --json device=cpu
     (both take --config configs/tools.yaml and key=value overrides, as every command does: device=cpu
      tools.remove_clouds.options.variant=RICE2)
@@ -18,6 +21,7 @@ import sys
 from pathlib import Path
 
 from geopilot.argtypes import add_tools_config_argument
+from geopilot.argtypes import bands as bands_type
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import parse_json_object
@@ -38,7 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_parser.add_argument(
         "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
     )
-    run_parser.add_argument("--out", default=None, help="folder for output.json and artefacts (restored images)")
+    run_parser.add_argument(
+        "--out", default=None, help="folder for output.json, artefacts and, on a GeoTIFF, .geojson/.gpkg/classes.tif"
+    )
+    run_parser.add_argument("--bands", type=bands_type, default=None, help="band numbers shown as RGB, e.g. 4,3,2")
+    run_parser.add_argument("--class-polygons", action="store_true", help="semantic classes also as polygons")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +113,9 @@ def _run(args: argparse.Namespace) -> int:
             tool, _ = registry.validate(action)
         except ToolCallError as err:
             raise GeoPilotInputError(str(err)) from None
-        image = load_image(args.image, max_pixels=config.max_pixels)
+        image = load_image(args.image, max_pixels=config.max_pixels, bands=args.bands or config.bands)
+        for note in image.notes:  # said once: a guessed band choice, no CRS, a CRS that cannot be reprojected
+            print(f"geopilot tools run: {note}", file=sys.stderr)
         tool.prepare()  # missing weights or an unavailable backend: exit 2 before anything runs
     result = registry.call(action, image)
     report = {
@@ -118,9 +128,18 @@ def _run(args: argparse.Namespace) -> int:
         "output": result.output.model_dump(mode="json") if result.output is not None else None,
         "llm_view": llm_view(result.output) if result.output is not None else None,
     }
+    if image is not None and image.bands is not None:
+        report["image"] = {"bands": list(image.bands.bands), "bands_reason": image.bands.reason, "notes": image.notes}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
+        if result.ok and image is not None and image.georef is not None:
+            from geopilot.tools.geo_files import write_beside
+
+            written = write_beside(result.output, image.georef, result.tool, out, args.class_polygons)
+            report["geo_files"] = [
+                {"path": str(w.path), "features": w.features, "empty_masks": w.empty_masks} for w in written
+            ]
         (out / "output.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(report))
@@ -128,6 +147,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{result.tool}: {json.dumps(report['llm_view'])}")
         for artifact in result.output.artifacts:
             print(f"{artifact.kind}: {artifact.path}")
+        for written in report.get("geo_files", []):
+            what = "classes" if written["path"].endswith(".tif") else "features"
+            print(f"geo: {written['path']} ({written['features']} {what})")
     if not result.ok:
         print(f"geopilot tools run: error: {result.error}", file=sys.stderr)
         return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality") else 1

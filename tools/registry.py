@@ -69,6 +69,7 @@ class ToolsConfig(StrictConfig):
     # Folders whose files the MCP server (and `geopilot serve`) may read as images; none by default, so those
     # accept inline image bytes only. The CLI on the user's own files does not use this (geopilot/image_access.py).
     image_roots: list[str] = []
+    bands: list[int] | None = None  # band numbers shown as R, G, B (or one, grey); None: geopilot.bands decides
     tools: dict[str, ToolBinding]
 
     @field_validator("artifacts_dir")

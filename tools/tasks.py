@@ -1,7 +1,7 @@
 """The ten task-level tools the model emits (docs/design.md §4): input models, descriptions, and the Tool that runs them.
 
 A `TaskTool` is a `geopilot.tool_protocol.Tool`: it checks the image size, asks its backend (loaded on first use)
-for the canonical output, and adds GeoJSON in map coordinates when the image is georeferenced. Which backend
+for the canonical output, and adds RFC 7946 GeoJSON (WGS 84) when the image is georeferenced (`geopilot.tools.geo`). Which backend
 serves which tool is configuration (`configs/tools.yaml`, built by `geopilot.tools.registry.build_registry`).
 A backend is anything with `run(tool_name, image, params) -> ToolOutput`.
 """
@@ -212,7 +212,7 @@ class TaskTool:
             self.backend.get()
 
     def run(self, image: LoadedImage, params: BaseModel) -> ToolOutput:
-        width, height = image.image.size
+        width, height = image.scene_size
         if width * height > self.max_pixels:
             raise ImageInputError(
                 f"image of {width}x{height} = {width * height:,} pixels exceeds the tools limit of {self.max_pixels:,}"

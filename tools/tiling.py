@@ -6,15 +6,22 @@ best first, non-cut before cut) a box is dropped if it overlaps a kept one by Io
 cut and lies mostly (>= `containment`) inside a kept box: the fragments a border produces. Objects larger than
 the overlap are cut in every tile; their remaining pieces (cut, from different tiles, overlapping each other) are
 joined into one box. Masks do not cross tiles and are dropped; rotated polygons are carried over (joined pieces
-keep only the union box).
+keep only the union box). Every detection leaves with its geometry in scene pixels, unrounded (`pixel_box`,
+`pixel_polygon`: the tile offset plus the detector's own pixel geometry when it gives one, else its box scaled to the
+tile), so map coordinates never go through the 3-decimal scene box.
+
+The scene is anything with `size` and `crop(box)`: a PIL image, or a GeoTIFF's `RasterSource`, which reads each
+tile at full resolution and returns None for a tile that is all nodata (skipped, and counted).
 
     merged = detect_tiled(backend.detect_fn, pil_image, tile=1024, overlap=256)
+    found = detect_windows(backend.detect_fn, loaded.raster, tile=1024, overlap=256)   # .detections, .empty_tiles
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from PIL import Image
@@ -25,6 +32,14 @@ from geopilot.tools.canonical import pixel_box, unit_polygon
 
 Detector = Callable[[Image.Image], list[Detection]]  # boxes normalised to the image it is given
 EDGE_TOLERANCE_PX = 1.0
+
+
+class Scene(Protocol):
+    """What tiles are cut from: a PIL image, or `geopilot.raster.RasterSource` (None: a tile of nodata only)."""
+
+    size: tuple[int, int]
+
+    def crop(self, box: Sequence[int]) -> Image.Image | None: ...
 
 
 def tile_starts(length: int, tile: int, overlap: int) -> list[int]:
@@ -102,21 +117,33 @@ class _TileDetection:
     tile: int
 
 
+def _tile_pixels(det: Detection, tw: int, th: int) -> tuple[tuple[float, ...], list[tuple[float, float]] | None]:
+    """The detection's box and polygon in its tile's pixels: its own pixel geometry if it has one, else scaled."""
+    box = det.pixel_box or tuple(v * s for v, s in zip(det.box, (tw, th, tw, th), strict=True))
+    polygon = det.pixel_polygon or ([(x * tw, y * th) for x, y in det.polygon] if det.polygon else None)
+    return box, polygon
+
+
 def _from_tile(det: Detection, window: tuple[int, int, int, int], size: tuple[int, int], tile: int) -> _TileDetection:
     (x0, y0, x1, y1), (width, height) = window, size
     tw, th = x1 - x0, y1 - y0
-    bx1, by1, bx2, by2 = det.box
-    pixels = (x0 + bx1 * tw, y0 + by1 * th, x0 + bx2 * tw, y0 + by2 * th)
+    (bx1, by1, bx2, by2), tile_polygon = _tile_pixels(det, tw, th)
+    pixels = (x0 + bx1, y0 + by1, x0 + bx2, y0 + by2)
     cut = (
-        (x0 > 0 and bx1 * tw <= EDGE_TOLERANCE_PX)
-        or (y0 > 0 and by1 * th <= EDGE_TOLERANCE_PX)
-        or (x1 < width and bx2 * tw >= tw - EDGE_TOLERANCE_PX)
-        or (y1 < height and by2 * th >= th - EDGE_TOLERANCE_PX)
+        (x0 > 0 and bx1 <= EDGE_TOLERANCE_PX)
+        or (y0 > 0 and by1 <= EDGE_TOLERANCE_PX)
+        or (x1 < width and bx2 >= tw - EDGE_TOLERANCE_PX)
+        or (y1 < height and by2 >= th - EDGE_TOLERANCE_PX)
     )
-    polygon = (
-        unit_polygon([((x0 + x * tw) / width, (y0 + y * th) / height) for x, y in det.polygon]) if det.polygon else None
+    scene_polygon = [(x0 + x, y0 + y) for x, y in tile_polygon] if tile_polygon else None
+    moved = Detection(
+        label=det.label,
+        box=pixel_box(pixels, width, height),
+        score=det.score,
+        polygon=unit_polygon([(x / width, y / height) for x, y in scene_polygon]) if scene_polygon else None,
+        pixel_box=pixels,
+        pixel_polygon=scene_polygon,
     )
-    moved = Detection(label=det.label, box=pixel_box(pixels, width, height), score=det.score, polygon=polygon)
     return _TileDetection(moved, pixels, cut, tile)
 
 
@@ -140,29 +167,64 @@ def _merge_label(group: list[_TileDetection], size: tuple[int, int], iou_thresho
         x1, y1 = float(union[:, 0].min()), float(union[:, 1].min())
         x2, y2 = float(union[:, 2].max()), float(union[:, 3].max())
         best = max((group[i].detection for i in members), key=_score)
-        merged.append(Detection(label=best.label, box=pixel_box((x1, y1, x2, y2), *size), score=best.score))
+        union_box = (x1, y1, x2, y2)
+        merged.append(
+            Detection(label=best.label, box=pixel_box(union_box, *size), score=best.score, pixel_box=union_box)
+        )
     return merged
+
+
+@dataclass(frozen=True)
+class TiledDetections:
+    detections: list[Detection]
+    tiles: int  # windows cut
+    empty_tiles: int  # windows that were all nodata: not shown to the detector
+
+
+def detect_windows(
+    detect: Detector,
+    scene: Scene,
+    tile: int = 1024,
+    overlap: int = 256,
+    iou_threshold: float = 0.5,
+    containment: float = 0.7,
+) -> TiledDetections:
+    """Detections over the whole scene, in its normalised coordinates and its pixels. A scene no larger than one
+    tile goes through in one piece (masks kept)."""
+    width, height = scene.size
+    windows = tile_windows(width, height, tile, overlap)
+    if len(windows) == 1:
+        whole = scene.crop(windows[0])
+        if whole is None:
+            return TiledDetections([], 1, 1)
+        found = []
+        for det in detect(whole):
+            box, polygon = _tile_pixels(det, width, height)
+            found.append(det.model_copy(update={"pixel_box": tuple(box), "pixel_polygon": polygon}))
+        return TiledDetections(found, 1, 0)
+    found, empty = [], 0
+    for index, window in enumerate(windows):
+        check_cancelled()  # a timed-out call stops here, between tiles (geopilot.cancellation)
+        pixels = scene.crop(window)
+        if pixels is None:
+            empty += 1
+            continue
+        found += [_from_tile(det, window, scene.size, index) for det in detect(pixels)]
+    merged: list[Detection] = []
+    for label in dict.fromkeys(f.detection.label for f in found):
+        group = [f for f in found if f.detection.label == label]
+        merged.extend(_merge_label(group, scene.size, iou_threshold, containment))
+    merged.sort(key=lambda d: -_score(d))
+    return TiledDetections(merged, len(windows), empty)
 
 
 def detect_tiled(
     detect: Detector,
-    image: Image.Image,
+    image: Scene,
     tile: int = 1024,
     overlap: int = 256,
     iou_threshold: float = 0.5,
     containment: float = 0.7,
 ) -> list[Detection]:
-    """Detections over the whole image, in its normalised coordinates. Small images go through in one piece."""
-    width, height = image.size
-    if width <= tile and height <= tile:
-        return detect(image)
-    found = []
-    for index, window in enumerate(tile_windows(width, height, tile, overlap)):
-        check_cancelled()  # a timed-out call stops here, between tiles (geopilot.cancellation)
-        found += [_from_tile(det, window, image.size, index) for det in detect(image.crop(window))]
-    merged: list[Detection] = []
-    for label in dict.fromkeys(f.detection.label for f in found):
-        group = [f for f in found if f.detection.label == label]
-        merged.extend(_merge_label(group, image.size, iou_threshold, containment))
-    merged.sort(key=lambda d: -_score(d))
-    return merged
+    """`detect_windows`' detections alone."""
+    return detect_windows(detect, image, tile, overlap, iou_threshold, containment).detections

@@ -161,12 +161,14 @@ class GeoPilot:
         *,
         system: str | None = None,
         client_tools: ClientTools | None = None,
+        bands: list[int] | None = None,
     ) -> ChatResult:
         """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded.
         `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating.
         `system` replaces the Vicuna system prompt; `client_tools`: plans with calls are returned, not run (and
-        `query=None` answers from the tool results the history ends with)."""
-        request = _request(image, query, history, modality, system, client_tools)
+        `query=None` answers from the tool results the history ends with). `bands` (1-based, e.g. [4, 3, 2]) picks
+        the bands shown as RGB; None: geopilot.bands decides."""
+        request = _request(image, query, history, modality, system, client_tools, bands)
         prepared = self._prepare(to_chat_request(request))
         return self._run([prepared], checked_rounds(max_rounds), checked_options(generation), stream)[0]
 
@@ -177,7 +179,7 @@ class GeoPilot:
         generation: GenerationOptions | dict | None = None,
     ) -> list[ChatResult]:
         """Many requests in one batch (in process: left-padded, one KV cache; over HTTP: sent concurrently);
-        results in request order."""
+        results in request order. Each request may name its `bands`."""
         if not requests:
             return []
         prepared = [self._prepare(to_chat_request(r, i)) for i, r in enumerate(requests)]
@@ -194,10 +196,11 @@ class GeoPilot:
         *,
         system: str | None = None,
         client_tools: ClientTools | None = None,
+        bands: list[int] | None = None,
     ) -> AnswerStream:
         """Like `chat`, as an iterator of answer text pieces; `.result` holds the ChatResult once it is exhausted.
         Input errors raise here, before any generation."""
-        request = _request(image, query, history, modality, system, client_tools)
+        request = _request(image, query, history, modality, system, client_tools, bands)
         prepared = self._prepare(to_chat_request(request))
         options, max_rounds = checked_options(generation), checked_rounds(max_rounds)
         return AnswerStream(lambda on_text: self._run([prepared], max_rounds, options, on_text)[0])
@@ -265,8 +268,9 @@ class GeoPilot:
                     pending[row] = next_text
                 else:
                     self._park(session, row, dialogues[row])
-        for dialogue in dialogues:
+        for dialogue, request in zip(dialogues, prepared, strict=True):
             dialogue.timings_and_tokens(session.encode_seconds, self.image_tokens, started)
+            dialogue.result.describe_image(request.image)
         return [d.result for d in dialogues]
 
     def _park(self, session: TurnSession, row: int, dialogue: AgentLoop) -> None:
@@ -306,8 +310,8 @@ class GeoPilot:
         return room
 
 
-def _request(image, query, history, modality, system, client_tools) -> dict:
-    request = {"image": image, "query": query, "history": history, "modality": modality}
+def _request(image, query, history, modality, system, client_tools, bands) -> dict:
+    request = {"image": image, "query": query, "history": history, "modality": modality, "bands": bands}
     if system is not None:
         request["system"] = system
     if client_tools is not None:

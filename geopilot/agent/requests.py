@@ -37,6 +37,7 @@ class ChatRequest(BaseModel):
     modality: Modality | None = None  # None: inferred from the image, and tool calls are not gated by it
     system: str | None = None  # replaces the Vicuna system prompt ("" drops it), as the chat template does
     client_tools: ClientTools | None = None  # set: plans with calls are returned (outcome "tool_calls"), not run
+    bands: list[int] | None = None  # band numbers shown as R, G, B (or one, grey); None: geopilot.bands decides
 
 
 class PreparedRequest:
@@ -97,7 +98,12 @@ def checked_request(request: ChatRequest, max_pixels: int) -> tuple[LoadedImage,
     if request.image is None:
         raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
     start = time.perf_counter()
-    image = request.image if isinstance(request.image, LoadedImage) else load_image(request.image, max_pixels)
+    if isinstance(request.image, LoadedImage):
+        image = request.image
+        if request.bands is not None and (image.bands is None or list(image.bands.bands) != list(request.bands)):
+            raise GeoPilotInputError("bands= apply when GeoPilot loads the image: use load_image(..., bands=) instead")
+    else:
+        image = load_image(request.image, max_pixels, bands=request.bands)
     load_seconds = time.perf_counter() - start
     if request.query is None:
         return image, _check_history(request.history, pending_tools=True), load_seconds

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, computed_field
 
 from geopilot.sample import AssistantMessage, Message, Modality
 from geopilot.tool_output import ToolOutput
+
+if TYPE_CHECKING:
+    from geopilot.image import LoadedImage
 
 Outcome = Literal["direct", "tools", "tool_calls", "unparsable", "round_limit", "context_limit", "deadline"]
 TurnKind = Literal["think", "repair", "answer"]
@@ -77,6 +80,15 @@ class ChatResult(BaseModel):
     messages: list[Message] = []  # this exchange in the sample format: pass it as `history=` to continue
     modality: Modality = "optical"  # the image's modality: as declared, or inferred from the pixels
     modality_source: Literal["declared", "inferred"] = "declared"  # only a declared modality gates tool calls
+    bands: list[int] | None = None  # the image's bands shown as R, G, B (one: grey), 1-based (geopilot.bands)
+    bands_reason: str | None = None  # why those: explicit, colour interpretation, band names, ...
+    image_notes: list[str] = []  # said once: a guessed band choice, no CRS (pixel outputs only), ...
+
+    def describe_image(self, image: LoadedImage) -> None:
+        """Report which bands of `image` were shown and why, and its notes."""
+        if image.bands is not None:
+            self.bands, self.bands_reason = list(image.bands.bands), image.bands.reason
+        self.image_notes = list(image.notes)
 
     @computed_field
     @property

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from geopilot.argtypes import add_tools_config_argument
+from geopilot.argtypes import bands as bands_type
 
 SUMMARY_CHARS = 160
 
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
     add_tools_config_argument(parser, old_names=("--tools",))
+    parser.add_argument("--bands", type=bands_type, default=None, help="band numbers shown as RGB, e.g. 4,3,2")
     parser.add_argument(
         "--modality",
         choices=["optical", "sar"],
@@ -75,6 +77,10 @@ def _print_human(result, console) -> None:
     console.print(f"[bold]answer[/] [dim]({result.outcome})[/]: " + escape(result.answer))
     if result.error:
         console.print("[yellow]note[/]: " + escape(result.error))
+    if result.bands is not None:
+        console.print(f"[dim]bands shown: {','.join(map(str, result.bands))} ({escape(result.bands_reason)})[/]")
+    for note in result.image_notes:
+        console.print("[yellow]image[/]: " + escape(note))
     t = result.timings
     console.print(
         f"[dim]timings: load {t.image_load:.2f} s · encode {t.encode:.2f} s · think {t.think:.2f} s · repair {t.repair:.2f} s · "
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise GeoPilotInputError("--max-rounds must be >= 0 and --max-new-tokens >= 1")
     if args.tool_timeout is not None and not args.tool_timeout > 0:  # also NaN
         raise GeoPilotInputError(f"--tool-timeout must be a number of seconds > 0, got {args.tool_timeout:g}")
-    image = load_image(args.image)
+    image = load_image(args.image, bands=args.bands)
     pilot = GeoPilot.from_pretrained(
         args.model,
         device=args.device,

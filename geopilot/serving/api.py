@@ -245,7 +245,7 @@ def _conversation(body: ChatCompletionRequest, image: bytes | str, config: Serve
     )
     data = decode_data_url(image) if isinstance(image, str) else image
     request = {
-        "image": _loaded(data, config.max_image_pixels),
+        "image": _loaded(data, config.max_image_pixels, body.geopilot.bands),
         "query": dialogue.query,
         "history": dialogue.history or None,
         "modality": body.geopilot.modality,
@@ -257,20 +257,23 @@ def _conversation(body: ChatCompletionRequest, image: bytes | str, config: Serve
     return request
 
 
-def _loaded(image: bytes, max_pixels: int):
-    """The image checked (413 over `max_pixels`, from its header) and loaded (400 when it is not one)."""
+def _loaded(image: bytes, max_pixels: int, bands: list[int] | None = None):
+    """The image checked (413 over `max_pixels`, from its header) and loaded with `bands` as RGB (400 when it is
+    not one, or the bands are not in it)."""
     from geopilot.image import load_image
 
     check_image(image, max_pixels)
     try:
-        return load_image(image, max_pixels)
+        return load_image(image, max_pixels, bands=bands)
     except ImageTooLargeError as err:
         raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
     except GeoPilotInputError as err:
         raise ServeError(400, f"image_url: {err}", code="bad_image") from None
 
 
-def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None) -> dict[str, Any]:
+def chat_request(
+    turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None, bands=None
+) -> dict[str, Any]:
     """`(role, text, has_image)` turns ending with the user's question, and the image bytes -> the request dict
     `GeoPilot.chat_batch` takes: the image checked (413 over `max_pixels`) and loaded, the earlier turns as
     `history` (assistant turns as their answers). The FastChat worker uses it too."""
@@ -280,7 +283,7 @@ def chat_request(turns: list[tuple[str, str, bool]], image: bytes, max_pixels: i
         raise ServeError(400, "the last message must be the user's question", code="bad_request")
     if turns[-1][2] and len(turns) > 1:
         raise ServeError(400, "the image must be in the first user message of a conversation", code="bad_request")
-    loaded = _loaded(image, max_pixels)
+    loaded = _loaded(image, max_pixels, bands)
     history = []
     for role, text, has_image in turns[:-1]:
         if role == "user":
@@ -359,6 +362,9 @@ def _visualization(job: Job, result) -> str:
 
 async def _extension(result, job: Job, body: ChatCompletionRequest) -> dict:
     extension = {"tool_calls": _tool_calls(result), "result": result.model_dump(mode="json")}
+    features = [f for c in result.tool_calls if c.output and c.output.geojson for f in c.output.geojson["features"]]
+    if features:  # a georeferenced image: every call's features as one RFC 7946 FeatureCollection (WGS 84)
+        extension["geojson"] = {"type": "FeatureCollection", "features": features}
     if body.geopilot.visualize:
         extension["visualization"] = await asyncio.to_thread(_visualization, job, result)
     return extension

@@ -98,6 +98,7 @@ class GeoPilotOptions(_Strict):
     max_rounds: int | None = Field(None, ge=0)
     modality: Literal["optical", "sar"] | None = None
     visualize: bool = False
+    bands: list[int] | None = None  # band numbers shown as R, G, B (or one, grey); geopilot.bands decides otherwise
 
 
 class ChatCompletionRequest(_Strict):
