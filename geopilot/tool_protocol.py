@@ -20,7 +20,7 @@ Chains (docs/chains.md): inside a chat a call may name an earlier call's output 
 tool with an `objects` param, `"objects": "result:N"` (call N's detections). `ChatCalls` holds the chat's results;
 the registry resolves a reference only against it (never a path, never another chat), checks it exists, ran in an
 earlier round, succeeded and has the right kind, and stamps the output's `computed_on`. A call repeating an earlier
-successful call on the same input is refused as `repeated_call` (no cycles).
+successful call of an earlier round on the same input is refused as `repeated_call` (no cycles).
 """
 
 from __future__ import annotations
@@ -135,8 +135,9 @@ class ChatCalls:
         self.pending = []
 
     def repeat_of(self, key: str) -> int | None:
-        """The number of an earlier successful call with the same tool, params and input, if any."""
-        for number, (result, seen) in enumerate(self.done + self.pending, start=1):
+        """The number of an earlier round's successful call with the same tool, params and input, if any (a cycle;
+        the calls of one plan are one batch, limited by max_tool_calls instead)."""
+        for number, (result, seen) in enumerate(self.done, start=1):
             if seen == key and result.ok:
                 return number
         return None

@@ -87,7 +87,7 @@ class AgentLoop:
                 "round_limit",
                 f"the model asked for {wanted} after {self.rounds} tool round(s) (max_rounds={self.max_rounds})",
             )
-        record.problems = [self._problem(action) for action in plan.actions] + self._repeats_in(plan)
+        record.problems = [self._problem(action) for action in plan.actions]
         record.problems = [p for p in record.problems if p]
         if record.problems and not self.repaired:
             return self._repair("; ".join(record.problems))
@@ -117,15 +117,6 @@ class AgentLoop:
 
     def _answers_tool_results(self) -> bool:
         return any(m.role == "tool" for m in self.request.messages)
-
-    def _repeats_in(self, plan: AssistantMessage) -> list[str]:
-        """The same call twice in one plan: refused like a repeat of an earlier round's call."""
-        keys = [self._key(action) for action in plan.actions]
-        return [
-            f"repeated_call: call {i + 1} of the plan repeats call {keys.index(key) + 1} (same tool, params and image)"
-            for i, key in enumerate(keys)
-            if key is not None and keys.index(key) < i
-        ]
 
     def _key(self, action: Action) -> str | None:
         key = getattr(self.registry, "params_key", None)
