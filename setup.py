@@ -77,7 +77,7 @@ setup(
         "geopilot": ["py.typed", "vocabulary.yaml"],
         "geopilot.serving": ["demo.html"],
         "geopilot.data_gen": ["prompts/*.txt"],
-        "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg"],
+        "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg", "data/chain_images/*"],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],
     },
     install_requires=CORE,

@@ -40,6 +40,16 @@ from geopilot.data_gen.abilities import (
     supports,
     vocabulary,
 )
+from geopilot.data_gen.chains import (
+    CHAIN_KINDS,
+    CHAIN_PREFIX,
+    ChainsConfig,
+    assign,
+    chain_candidates,
+    chain_messages,
+    chain_targets,
+    cloudy_record,
+)
 from geopilot.data_gen.journal import Journal, summary
 from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
 from geopilot.data_gen.shards import RunLock, Shard, identity_difference, run_identity
@@ -114,6 +124,7 @@ class GenerateConfig(StrictConfig):
     max_regenerations: int = Field(default=3, ge=0)  # per stage; then the sample is dropped with its reason
     # a source skipping more than this fraction of its items is an error (geopilot.data_gen.sources)
     max_skip_fraction: float = Field(default=0.2, ge=0, le=1)
+    chains: ChainsConfig = ChainsConfig()  # two-step tool chains, a share of each stage (geopilot.data_gen.chains)
 
     def checked(self) -> GenerateConfig:
         unknown = sorted(
@@ -131,6 +142,8 @@ class GenerateConfig(StrictConfig):
         for key in RUN_ONLY_BACKEND_KEYS:
             data["backend"].pop(key)
         data.pop("max_skip_fraction")  # gates a run, never changes a sample
+        if not self.chains.share:  # runs without chains keep the hash they had before chains existed
+            data.pop("chains")
         for source in data["sources"]:
             source.pop("max_skip_fraction")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -224,7 +237,23 @@ def plan_jobs(config: GenerateConfig, readers: dict | None = None, reads: list[S
             "skipped": dict(report.skipped),
         }
         plan_source(plan, config, source, read, seen)
+    if config.chains.share:
+        plan_chains(plan, config)
     return plan
+
+
+def plan_chains(plan: Plan, config: GenerateConfig) -> None:
+    """Append the chain jobs: per stage (modality) `chains.share` of its samples, round-robin over the chain kinds
+    whose records the sources hold (geopilot.data_gen.chains)."""
+    from geopilot.data_gen.chains import _absolute
+
+    records = {(j.record.source, j.record.record_id): _absolute(j.record, j.root) for j in plan.jobs}
+    candidates = chain_candidates(list(records.values()), config.chains.kinds)
+    for modality, target in chain_targets(Counter(j.record.modality for j in plan.jobs), config.chains.share).items():
+        mine = {k: c for k, c in candidates.items() if CHAIN_KINDS[k].modality == modality}
+        for kind, record, k in assign(mine, target, config.samples_per_record):
+            sample_id = f"{source_slug(record.source)}/{record.record_id}/{CHAIN_PREFIX}{kind}/{k}"
+            plan.jobs.append(Job(len(plan.jobs), sample_id, record, Path(record.image).parent, CHAIN_PREFIX + kind, k))
 
 
 def plan_source(plan: Plan, config: GenerateConfig, source: SourceConfig, read: SourceRead, seen: set[str]) -> None:
@@ -318,6 +347,8 @@ class SampleGenerator:
         try:
             if job.ability == GENERAL:
                 sample = await self._general(job, meta)
+            elif job.ability.startswith(CHAIN_PREFIX):
+                sample = self._chain_sample(job, meta)
             else:
                 sample = await self._tool_sample(job, meta)
         except Dropped as drop:
@@ -434,6 +465,24 @@ class SampleGenerator:
             AssistantMessage(reasoning=answer.reasoning.strip(), actions=[], value=answer.answer.strip()),
         ]
         return self._sample(job, target, messages)
+
+    def _chain_sample(self, job: Job, meta: dict) -> Sample:
+        """A two-step chain trace (geopilot.data_gen.chains); a cloud chain's cloudy image is written under the
+        output folder (`chain_images/`), its clean original stays the cloud-free image."""
+        kind = job.ability[len(CHAIN_PREFIX) :]
+        record = job.record
+        if kind == "cloud_detection":
+            name = job.sample_id.replace("/", "_")
+            record = cloudy_record(record, Path(self._out_abs) / "chain_images", name, derive_seed(self.seed, name))
+        rng = random.Random(derive_seed(self.seed, job.sample_id, "chain"))
+        chain_job = Job(job.index, job.sample_id, record, job.root, job.ability, job.k)
+        try:
+            messages = chain_messages(kind, record, self._image(chain_job), rng)
+        except ValueError as err:  # the annotation cannot make this chain (a tool of it has no ground truth)
+            raise Dropped("annotation_unusable", str(err)) from None
+        meta["tool_provenance"] = "annotations"
+        meta["chain"] = kind
+        return self._sample(chain_job, None, messages)
 
     @staticmethod
     def _image_path(job: Job) -> Path:

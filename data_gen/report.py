@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from geopilot.data_gen.abilities import ABILITIES, GENERAL, class_names
+from geopilot.data_gen.chains import CHAIN_KINDS, CHAIN_PREFIX
 from geopilot.data_gen.validate import SEMANTIC
 from geopilot.fileio import atomic_write
 from geopilot.vocabulary import is_known_class
@@ -65,13 +66,17 @@ def build_report(
     cells: dict[tuple[str, str], dict] = defaultdict(lambda: {"size": 0, "sources": set(), "tools": set()})
     per_source: dict[str, Counter] = defaultdict(Counter)
     modality = Counter()
+    chains: dict[str, Counter] = defaultdict(Counter)  # chain kind -> modality -> samples
     for entry in kept:
+        per_source[entry["source"]][entry["ability"]] += 1
+        modality[entry["modality"]] += 1
+        if entry["ability"].startswith(CHAIN_PREFIX):
+            chains[entry["ability"][len(CHAIN_PREFIX) :]][entry["modality"]] += 1
+            continue
         cell = cells[(entry["modality"], entry["ability"])]
         cell["size"] += 1
         cell["sources"].add(entry["source"])
         cell["tools"] |= set(entry["tools"])
-        per_source[entry["source"]][entry["ability"]] += 1
-        modality[entry["modality"]] += 1
     ability_order = list(ABILITIES)
     table2 = [
         {
@@ -123,8 +128,16 @@ def build_report(
         "total": len(kept),
         "per_source": {source: dict(counts) for source, counts in sorted(per_source.items())},
         "per_ability": dict(
-            sorted(Counter(e["ability"] for e in kept).items(), key=lambda kv: ability_order.index(kv[0]))
+            sorted(
+                Counter(e["ability"] for e in kept if e["ability"] in ABILITIES).items(),
+                key=lambda kv: ability_order.index(kv[0]),
+            )
         ),
+        "chains": {
+            "by_kind": {kind: dict(chains[kind]) for kind in CHAIN_KINDS if kind in chains},
+            "share_pct": {mod: _pct(sum(c[mod] for c in chains.values()), modality[mod]) for mod in ("optical", "sar")},
+            "configured_share_pct": round(100 * config.chains.share, 2),
+        },
         "modality_split": {
             mod: {"samples": modality[mod], "pct": _pct(modality[mod], len(kept))} for mod in ("optical", "sar")
         },
@@ -173,8 +186,19 @@ def render_markdown(report: dict) -> str:
         )
     lines += [f"| Total | - | - | - | {report['total']:,} |", ""]
     split = report["modality_split"]
+    chains = report["chains"]
     lines += [
         f"Optical: {split['optical']['samples']:,} ({split['optical']['pct']}%); SAR: {split['sar']['samples']:,} ({split['sar']['pct']}%).",
+        "",
+        f"Two-step tool chains (configured share {chains['configured_share_pct']}% of each stage): "
+        + (
+            "; ".join(
+                f"{kind} " + ", ".join(f"{mod} {n:,}" for mod, n in counts.items())
+                for kind, counts in chains["by_kind"].items()
+            )
+            or "none"
+        )
+        + f" (share: optical {chains['share_pct']['optical']}%, SAR {chains['share_pct']['sar']}%).",
         "",
         "## Per source",
         "",

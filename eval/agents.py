@@ -29,7 +29,7 @@ from geopilot.eval.toolkit import openai_tools, sha256_text, tool_prompt
 from geopilot.image import LoadedImage, load_image
 from geopilot.sample import Action
 from geopilot.tool_output import llm_view
-from geopilot.tool_protocol import ToolRegistry, ToolResult
+from geopilot.tool_protocol import ChatCalls, ToolRegistry, ToolResult
 from geopilot.wire import dumps, format_tool_turn
 
 RAW_CHARS = 2000
@@ -55,14 +55,27 @@ class Reply:
         self.tokens_in, self.tokens_out, self.cost_usd = tokens_in, tokens_out, cost_usd
 
 
-def execute(registry: ToolRegistry, parsed: ParsedReply, image: LoadedImage, case: Case, round_: int):
-    """Run the parsed calls through the registry; (call records, tool results) in call order."""
+def execute(
+    registry: ToolRegistry,
+    parsed: ParsedReply,
+    image: LoadedImage,
+    case: Case,
+    round_: int,
+    chat: ChatCalls | None = None,
+):
+    """Run the parsed calls of one round through the registry; (call records, tool results) in call order. `chat`:
+    the run's calls so far, what a `result:N` reference resolves against (the round is closed here)."""
     records, results = [], []
     for call in parsed.calls:
         try:
-            result = registry.call(Action(tool=call.tool, params=call.params), image, case.modality)
+            action = Action(tool=call.tool, params=call.params)
+            result = registry.call(action, image, case.modality, calls=chat)
+            if chat is not None:
+                chat.record(result, registry.params_key(action))
         except Exception as err:  # noqa: BLE001 - Action itself can reject an empty name
             result = ToolResult(call.tool or "?", dict(call.params), error=str(err), error_kind="unknown_tool")
+            if chat is not None:
+                chat.record(result)
         results.append(result)
         records.append(
             CallRecord(
@@ -74,6 +87,8 @@ def execute(registry: ToolRegistry, parsed: ParsedReply, image: LoadedImage, cas
                 round=round_,
             )
         )
+    if chat is not None:
+        chat.close_round()
     return records, results
 
 
@@ -86,6 +101,7 @@ def tool_loop(
 ) -> AgentRun:
     """Ask, parse, run the calls, send the outputs back; until an answer or max_rounds tool rounds."""
     run = AgentRun(dialect="empty")
+    chat = ChatCalls()  # the run's calls: what a later round's `result:N` names
     started = time.perf_counter()
     cost: float | None = 0.0
     for round_ in range(1, case.max_rounds + 2):
@@ -115,7 +131,7 @@ def tool_loop(
             ]
             run.answer = parsed.answer
             break
-        records, results = execute(registry, parsed, image, case, round_)
+        records, results = execute(registry, parsed, image, case, round_, chat)
         run.calls += records
         run.rounds = round_
         add_turn(reply, parsed, results)
@@ -412,4 +428,5 @@ AGENTS: dict[str, str] = {
     "openai": "an OpenAI-compatible chat endpoint (--base-url URL --model NAME)",
     "hf": "a local transformers VLM directory (--model DIR)",
     "reference": "the scripted reference agent: replays each case's reference_calls (checks a suite, no model)",
+    "reference-first-step": "the reference agent stopped after its first round (a chain suite's breakdown check)",
 }

@@ -68,6 +68,7 @@ class ReferenceCall(_Strict):
 
     tool: str = Field(min_length=1)
     params: dict[str, Any] = {}
+    round: int = Field(1, ge=1)  # the tool round it runs in (a chain's later step reads an earlier round's result)
 
 
 class Case(_Strict):
@@ -86,6 +87,7 @@ class Case(_Strict):
     history: list[HistoryTurn] = []  # shown before the query, oldest first
     reference_calls: list[ReferenceCall] = []
     expect_tool_errors: bool = False  # the expected tools are meant to fail (an area that does not exist)
+    chain: bool = False  # a multi-step chain: expected_tools are its steps in order, scored step by step too
 
     @model_validator(mode="after")
     def _checks_name_expected_tools(self) -> Case:

@@ -13,6 +13,10 @@ from geopilot.eval.tasks import TASKS
 COMMANDS: dict[str, tuple[str, str] | Command] = {
     "planning": ("geopilot.eval.planning_cli", "task planning (TSA/PA/NTA/OPA) of an agent over the planning set"),
     "build-planning": ("geopilot.eval.build_cli", "rebuild the 500-query planning set over a folder of images"),
+    "build-chains": (
+        "geopilot.eval.build_chains_cli",
+        "rebuild the chain suite chains_v1 (cases, images, annotations)",
+    ),
     "build-indicators": (
         "geopilot.eval.indicator_suite",
         "the indicator case suite over a `geopilot synth-region` folder",

@@ -78,6 +78,32 @@ def _grouped(rows: list[dict], key: Callable[[dict], str], order: list[str]) -> 
     return out
 
 
+CHAIN_METRICS = ("first_step", "second_step", "both", "answer", "chain")
+
+
+def chain_breakdown(rows: list[dict]) -> dict | None:
+    """Chain suites: the share of rows with each step right, both, the answer right and the whole chain, overall,
+    per chain kind and per modality (mean over rows of all seeds; a one-call kind has no second step)."""
+    scored = [r for r in valid(rows) if r["score"].get("chain") is not None]
+    if not scored:
+        return None
+
+    def shares(group: list[dict]) -> dict:
+        out = {"n": len({r["case_id"] for r in group})}
+        for metric in CHAIN_METRICS:
+            values = [r["score"]["chain"][metric] for r in group if r["score"]["chain"][metric] is not None]
+            out[metric] = ratio(sum(map(bool, values)), len(values))
+        return out
+
+    def by(key: str) -> dict:
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for row in scored:
+            groups[str(row[key])].append(row)
+        return {name: shares(group) for name, group in groups.items()}
+
+    return {**shares(scored), "by_kind": by("category"), "by_modality": by("modality")}
+
+
 def summarise(rows: list[dict], category_order: list[str], difficulty_order: list[str]) -> dict:
     """summary.json: the four metrics (mean over seeds), std, ci95, per-seed values and breakdowns."""
     stats = {metric: metric_stats(rows, metric) for metric in METRICS}
@@ -116,4 +142,5 @@ def summarise(rows: list[dict], category_order: list[str], difficulty_order: lis
         },
         "tokens": {"in": sum(r["run"]["tokens_in"] for r in good), "out": sum(r["run"]["tokens_out"] for r in good)},
         "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
+        **({"chains": chains} if (chains := chain_breakdown(rows)) is not None else {}),
     }

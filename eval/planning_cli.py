@@ -33,7 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="prompt",
         help="openai: tools described in the system prompt (GeoPilot JSON replies) or as OpenAI functions",
     )
-    parser.add_argument("--cases", help="a case file (JSONL); default: the frozen planning set planning_v1")
+    parser.add_argument(
+        "--cases",
+        help="a case file (JSONL); default: the frozen planning set planning_v1 (the chain suite: "
+        "geopilot/eval/data/chains_v1.jsonl, its tools answering from its annotations)",
+    )
     parser.add_argument("--seeds", default="42,1337,2024", help="comma-separated seeds (default 42,1337,2024)")
     parser.add_argument("--out", required=True, help="the run folder (resumed if it holds this run)")
     parser.add_argument(
@@ -68,10 +72,10 @@ def build_agent(args: argparse.Namespace, registry):
     generation = {"max_new_tokens": args.max_new_tokens}
     if args.temperature > 0:
         generation.update(do_sample=True, temperature=args.temperature)
-    if args.agent == "reference":
+    if args.agent in ("reference", "reference-first-step"):
         from geopilot.eval.reference_agent import ReferenceAgent
 
-        return ReferenceAgent(registry), "reference"
+        return ReferenceAgent(registry, 1 if args.agent == "reference-first-step" else None), args.agent
     if not args.model:
         raise GeoPilotInputError(f"--agent {args.agent} needs --model")
     if args.agent == "openai":
@@ -99,13 +103,17 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.eval.cases import load_cases
     from geopilot.eval.planning_set import CATEGORY_ORDER, PLANNING_FILE
     from geopilot.eval.runner import run_benchmark
-    from geopilot.eval.toolkit import build_tool_layer
+    from geopilot.eval.toolkit import annotation_layer, build_tool_layer, suite_annotations
 
     seeds = parse_seeds(args.seeds)
     case_set = load_cases(args.cases or PLANNING_FILE)
     if args.tools_config and args.catalog:
         raise GeoPilotInputError("--tools-config and --catalog are two different tool layers: pick one")
-    registry, layer = build_tool_layer(args.tools_config, args.catalog)
+    annotations = suite_annotations(case_set.path) if not (args.tools_config or args.catalog) else None
+    if annotations is not None:  # a suite shipping its annotations (the chain suite): tools answer from them
+        registry, layer = annotation_layer(annotations)
+    else:
+        registry, layer = build_tool_layer(args.tools_config, args.catalog)
     agent, label = build_agent(args, registry)
     step = max(1, len(case_set.cases) * len(seeds) // 20)
 
@@ -127,5 +135,14 @@ def run(args: argparse.Namespace) -> int:
             f"{label}: {metrics}{passed}  ({summary['n_cases']} cases x {len(seeds)} seeds, "
             f"{summary['infra_errors']} infra errors)"
         )
+        if "chains" in summary:
+            chains = summary["chains"]
+            print(
+                "chains: "
+                + "  ".join(
+                    f"{m} {100 * chains[m]:.1f}%" if chains[m] is not None else f"{m} –"
+                    for m in ("first_step", "second_step", "both", "answer", "chain")
+                )
+            )
         print(f"reports in {args.out}: results.jsonl cases.csv summary.json leaderboard.md leaderboard.png")
     return 0

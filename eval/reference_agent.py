@@ -18,7 +18,7 @@ from geopilot.eval.scorer import AgentRun
 from geopilot.eval.tool_calls import Call, ParsedReply
 from geopilot.eval.toolkit import sha256_text
 from geopilot.image import load_image
-from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_protocol import ChatCalls, ToolRegistry
 
 AREA_IDENTIFIERS = {"id", "level"}  # an area record's code (VAL-N-1 reads as a number) and level: not findings
 
@@ -50,7 +50,27 @@ def _clause(key: str, item: Any) -> str:
     return text
 
 
-def answer_from(results) -> str:
+def _outputs_sentence(result) -> str:
+    """A detection, segmentation or objects-in-regions output as `key number` clauses (chain answers)."""
+    output = result.output
+    data = output.data or {}
+    if "inside" in data:
+        return "; ".join(
+            f"inside {label} {data['inside'][label]}, outside {label} {data['outside'][label]}"
+            for label in data["inside"]
+        )
+    if result.tool == "segment_referring":
+        return f"area {100 * sum(d.area or 0.0 for d in output.detections):.2f} %"
+    counts: dict[str, int] = {}
+    for detection in output.detections:
+        counts[detection.label] = counts.get(detection.label, 0) + 1
+    return "; ".join(f"{label} {n}" for label, n in sorted(counts.items())) or "none found"
+
+
+def answer_from(results, chain: bool = False) -> str:
+    """The reference answer: each output's numbers next to what they measure; for a chain, the last step's."""
+    if chain and results and results[-1].ok:
+        return f"{results[-1].tool}: {_outputs_sentence(results[-1])}."
     sentences = []
     for result in results:
         if not result.ok:
@@ -65,12 +85,15 @@ def answer_from(results) -> str:
 
 
 class ReferenceAgent:
+    """`stop_after=N`: replay only the first N rounds and answer without their numbers (a chain suite's check that
+    a first step alone scores first-step accuracy, never chain accuracy)."""
+
     name = "reference"
 
-    def __init__(self, registry: ToolRegistry):
-        self.registry = registry
-        self.prompt_hash = sha256_text("reference")
-        self.config = {"agent": self.name}
+    def __init__(self, registry: ToolRegistry, stop_after: int | None = None):
+        self.registry, self.stop_after = registry, stop_after
+        self.prompt_hash = sha256_text("reference" if stop_after is None else f"reference-stop-{stop_after}")
+        self.config = {"agent": self.name, **({"stop_after": stop_after} if stop_after is not None else {})}
 
     def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
         if case.expected_tools and not case.reference_calls:  # replaying nothing would score as a wrong agent
@@ -80,12 +103,19 @@ class ReferenceAgent:
             )
         started = time.perf_counter()
         loaded = load_image(image) if image is not None else None
-        calls = [Call(tool=c.tool, params=dict(c.params)) for c in case.reference_calls]
-        records, results = execute(self.registry, ParsedReply(dialect="text", calls=calls), loaded, case, 1)
+        chat, records, results = ChatCalls(), [], []
+        rounds = sorted({c.round for c in case.reference_calls})
+        for round_ in rounds if self.stop_after is None else rounds[: self.stop_after]:
+            calls = [Call(tool=c.tool, params=dict(c.params)) for c in case.reference_calls if c.round == round_]
+            done, outputs = execute(self.registry, ParsedReply(dialect="text", calls=calls), loaded, case, round_, chat)
+            records += done
+            results += outputs
+        stopped = self.stop_after is not None  # it stops where its step ends: no numbers of a later step
+        answer = f"I ran {', '.join(r.tool for r in results)}." if stopped else answer_from(results, case.chain)
         return AgentRun(
             dialect="reference",
             calls=records,
-            answer=answer_from(results),
-            rounds=1 if calls else 0,
+            answer=answer,
+            rounds=max((r.round for r in records), default=0),
             latency_s=time.perf_counter() - started,
         )

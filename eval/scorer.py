@@ -15,6 +15,7 @@ Checks, in the order of PRECEDENCE (the first failing one is the row's `category
   forbidden_term    a `must_not_contain` term is present (outside benign phrases such as "margin of error")
   numeric_mismatch  a `ground_truth` number is not stated near its label within its tolerance
   too_many_rounds   more tool rounds than `max_rounds`
+A chain case (`chain: true`) is also scored step by step (`ChainScore`: first step, second step, both, answer).
 A case with `expect_tool_errors` (an area that does not exist) counts a call the tool rejected as selecting the
 tool, and its tool errors are the point, not a failure. A call is *successful* when the tool layer accepted the tool name and modality and it did not time out or
 raise; a call whose params fail the schema still counts as choosing that tool (the parameters are PA's
@@ -90,6 +91,17 @@ class Check(BaseModel):
     detail: str = ""
 
 
+class ChainScore(BaseModel):
+    """A chain case step by step: a step is right when a successful call of its tool satisfies every param check of
+    that tool (a reference to the previous step's result included) in a later round than the step before."""
+
+    first_step: bool
+    second_step: bool  # a one-call chain (SAR detection -> counting): its second step is the answer's counting
+    both: bool
+    answer: bool  # every keyword and number check of the answer
+    chain: bool  # the whole case passed
+
+
 class Score(BaseModel):
     passed: bool | None  # all checks passed; None for an infra error (excluded from accuracy)
     category: str | None  # the first failing check by PRECEDENCE
@@ -99,6 +111,7 @@ class Score(BaseModel):
     pa: bool | None  # right parameters, given the right tools (tool cases with tsa only)
     nta: bool | None  # no-tool cases only: abstained
     opa: bool | None  # the planning decision is right: tsa and pa, or nta
+    chain: ChainScore | None = None  # chain cases only
 
 
 def _field(params: dict, path: str) -> Any:
@@ -232,6 +245,29 @@ def _answer_checks(case: Case, run: AgentRun) -> list[Check]:
     return checks
 
 
+def _step_rounds(case: Case, run: AgentRun) -> list[int | None]:
+    """The round of the first right call of each step (None: no right call), each after the step before."""
+    rounds: list[int | None] = []
+    after = 0
+    for tool in case.expected_tools:
+        checks = [c for c in case.param_checks if c.tool == tool]
+        right = [
+            c.round
+            for c in run.calls
+            if c.tool == tool and c.ok and c.round > after and all(param_check_holds(k, c.params) for k in checks)
+        ]
+        rounds.append(min(right) if right else None)
+        after = rounds[-1] if rounds[-1] is not None else 10**9
+    return rounds
+
+
+def chain_score(case: Case, run: AgentRun, checks: list[Check], passed: bool) -> ChainScore:
+    steps = [r is not None for r in _step_rounds(case, run)]
+    answer = all(c.passed for c in checks if c.category in ("missing_keyword", "forbidden_term", "numeric_mismatch"))
+    second = steps[1] if len(steps) > 1 else answer  # a one-call chain's second step is the answer's counting
+    return ChainScore(first_step=steps[0], second_step=second, both=steps[0] and second, answer=answer, chain=passed)
+
+
 def score(case: Case, run: AgentRun) -> Score:
     if run.infra_error is not None:
         check = Check(name="infra", category="infra_error", passed=False, detail=run.infra_error)
@@ -265,4 +301,5 @@ def score(case: Case, run: AgentRun) -> Score:
         pa=pa,
         nta=nta,
         opa=opa,
+        chain=chain_score(case, run, checks, not categories) if case.chain and case.expected_tools else None,
     )

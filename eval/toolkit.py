@@ -51,6 +51,80 @@ def build_tool_layer(
     return ToolRegistry([TaskTool(spec, backend, FIXTURE, DEFAULT_MAX_PIXELS) for spec in TASKS], 30.0), FIXTURE
 
 
+class AnnotationLookup:
+    """The annotation-backed backend over many images: the record whose image (or cloud-free pair) has exactly
+    these pixels answers (geopilot.tools.annotations); an image with no record is the call's error."""
+
+    def __init__(self, records: list, root: Path):
+        from geopilot.image import load_image
+        from geopilot.tools.annotations import AnnotationBackend
+
+        self.backends: dict[str, AnnotationBackend] = {}
+        for record in records:
+            backend = AnnotationBackend(record, root)
+            for path in (record.image, record.cloud_free_image):
+                if path is not None:
+                    self.backends.setdefault(_pixels_key(load_image(root / path)), backend)
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+        backend = self.backends.get(_pixels_key(image))
+        if backend is None:
+            raise ValueError("this image has no annotations in the suite")
+        return backend.run(tool, image, params)
+
+
+def _pixels_key(image: LoadedImage) -> str:
+    import numpy as np
+
+    return hashlib.sha256(np.asarray(image.image).tobytes()).hexdigest()
+
+
+def annotation_layer(annotations: str | Path) -> tuple[ToolRegistry, str]:
+    """The ten tools answering from a suite's annotation records (`<stem>.annotations.json` next to its case file,
+    e.g. the chain suite's): real outputs, so a chain's second step has the first one's artefact to read."""
+    from geopilot.records import AnnotationRecord, ObjectAnnotation, ReferringExpression, SemanticSegmentation
+    from geopilot.tools.tasks import TASKS, TaskTool
+
+    path = Path(annotations)
+    records = []
+    for raw in json.loads(path.read_text(encoding="utf-8")):
+        semantic = raw.get("semantic")
+        records.append(
+            AnnotationRecord(
+                source="suite",
+                image=raw["image"],
+                width=raw["width"],
+                height=raw["height"],
+                modality=raw["modality"],
+                record_id=raw["image"],
+                objects=[
+                    ObjectAnnotation(
+                        o["label"],
+                        tuple(o["box"]),
+                        polygon=tuple(tuple(p) for p in o["polygon"]) if o.get("polygon") else None,
+                    )
+                    for o in raw.get("objects", [])
+                ],
+                referring=[ReferringExpression(e, tuple(ix)) for e, ix in raw.get("referring", [])],
+                semantic=None
+                if semantic is None
+                else SemanticSegmentation(
+                    semantic["mask_path"], {int(k): v for k, v in semantic["class_names"].items()}
+                ),
+                cloud_free_image=raw.get("cloud_free_image"),
+            )
+        )
+    backend = AnnotationLookup(records, path.parent)
+    tools = [TaskTool(spec, backend, "annotations", DEFAULT_MAX_PIXELS) for spec in TASKS]
+    return ToolRegistry(tools, 30.0), f"annotations:{path.name}"
+
+
+def suite_annotations(cases: str | Path) -> Path | None:
+    """The annotation file a case file ships with (`<stem>.annotations.json`), if any."""
+    candidate = Path(cases).with_name(Path(cases).stem + ".annotations.json")
+    return candidate if candidate.is_file() else None
+
+
 def tool_prompt(registry: ToolRegistry) -> str:
     """The system prompt of every prompted agent: the tool descriptions and the reply format (GeoPilot JSON)."""
     schemas = registry.schemas()

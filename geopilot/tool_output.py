@@ -4,7 +4,8 @@ Boxes are `[x1, y1, x2, y2]` normalised to [0, 1], rounded to 3 decimals, with x
 Beside them a detection may keep the same geometry unrounded in source pixels (`pixel_box`, `pixel_polygon`: pixels
 of the full-resolution image, a GeoTIFF's raster), which is what map coordinates are computed from; they are left
 out of the JSON when absent. Masks are COCO RLE and never reach the LLM: `llm_view` reduces an output to counts,
-labels, areas and boxes.
+labels, areas and boxes. `computed_on` says which image an output was computed on: the chat's input image, or
+`result:N`, the image artefact of the chat's call N (docs/chains.md); the registry sets it, never a backend.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_seriali
 
 DECIMALS = 3
 PIXEL_FIELDS = ("pixel_box", "pixel_polygon")  # left out of the JSON when None: samples stay as they were
+INPUT_IMAGE = "input"  # `computed_on` of an output computed on the chat's own image
 
 
 def _unit(value: float) -> float:
@@ -113,6 +115,7 @@ class ToolOutput(_Strict):
     )
     message: str | None = None
     error: str | None = None  # the call failed (timeout, exception, invalid call): the model reads only this
+    computed_on: str = Field(INPUT_IMAGE, pattern=r"^(input|result:[1-9][0-9]*)$")  # the chat's image or call N's
 
 
 def _road_length(graph: RoadGraph) -> float:
@@ -160,4 +163,6 @@ def llm_view(output: ToolOutput) -> dict:
         view["message"] = output.message
     if not view:
         view["count"] = 0
+    if output.computed_on != INPUT_IMAGE:  # a chain's later step: say it read the earlier call's image
+        view["computed_on"] = output.computed_on
     return view

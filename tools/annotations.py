@@ -17,6 +17,10 @@ segment_* add COCO RLE masks (the annotated mask, else the filled polygon, else 
 segment_semantic -> per class area + RLE from the mask file (classes matched through the vocabulary too:
 "cropland" finds OpenEarthMap's "agricultural land"); extract_roads -> the road graph; remove_clouds ->
 the paired cloud-free image as an artefact.
+
+Chains (docs/chains.md): the restored image of a cloudy scene is its clean original, whose geometry the record's
+annotations describe, so a call on `"image": "result:N"` (that artefact, resolved by the registry) answers from the
+same record; `segment_semantic` with `objects` counts the referenced detections per class region (`TaskTool`).
 """
 
 from __future__ import annotations

@@ -72,6 +72,13 @@ def rle_area_fraction(rle: RLE) -> float:
     return area / float(height * width) if height * width else 0.0
 
 
+def rle_contains(rle: RLE, points: Sequence[tuple[float, float]]) -> list[bool]:
+    """Whether each normalised (x, y) point falls on a pixel of the mask."""
+    mask = mask_utils.decode({"size": list(rle.size), "counts": rle.counts.encode("ascii")})
+    height, width = mask.shape[:2]
+    return [bool(mask[min(int(y * height), height - 1), min(int(x * width), width - 1)]) for x, y in points]
+
+
 def rle_box(rle: RLE) -> tuple[float, float, float, float] | None:
     """Canonical box around a mask, or None for an empty mask."""
     height, width = rle.size

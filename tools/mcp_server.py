@@ -41,15 +41,19 @@ IMAGE_ARGUMENT = ARGUMENT
 IMAGE_SCHEMA = {
     "type": "string",
     "description": "the image: base64-encoded PNG/JPEG/TIFF/WebP bytes (optionally as a data:image/...;base64, URI), "
-    "or a path to a file under the server's image roots, if it has any. URLs are refused.",
+    "or a path to a file under the server's image roots, if it has any. URLs are refused. (Inside a GeoPilot chat "
+    "the tools' `image` may name an earlier call's artefact as 'result:N'; an MCP call stands alone, so here it is "
+    "the image itself.)",
 }
 
 
 def input_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
-    """A registry tool's params schema plus the required `image` argument."""
+    """A registry tool's params schema with its `image` as the required MCP image argument (in a chat the param
+    may be a `result:N` reference, which no stand-alone MCP call has)."""
     schema = dict(params_schema)
-    schema["properties"] = {IMAGE_ARGUMENT: IMAGE_SCHEMA, **schema.get("properties", {})}
-    schema["required"] = [IMAGE_ARGUMENT, *schema.get("required", [])]
+    params = {k: v for k, v in schema.get("properties", {}).items() if k != IMAGE_ARGUMENT}
+    schema["properties"] = {IMAGE_ARGUMENT: IMAGE_SCHEMA, **params}
+    schema["required"] = [IMAGE_ARGUMENT, *(r for r in schema.get("required", []) if r != IMAGE_ARGUMENT)]
     return schema
 
 

@@ -4,6 +4,10 @@ A `TaskTool` is a `geopilot.tool_protocol.Tool`: it checks the image size, asks 
 for the canonical output, and adds RFC 7946 GeoJSON (WGS 84) when the image is georeferenced (`geopilot.tools.geo`). Which backend
 serves which tool is configuration (`configs/tools.yaml`, built by `geopilot.tools.registry.build_registry`).
 A backend is anything with `run(tool_name, image, params) -> ToolOutput`.
+
+Every tool takes an optional `image`: `"result:N"` runs it on the image artefact of the chat's call N (a chain:
+remove_clouds, then detect_objects on the restored image); segment_semantic takes `objects: "result:N"` and says how
+many of call N's objects lie inside / outside each class region (docs/chains.md). The registry resolves both.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from geopilot.cancellation import check_cancelled
 from geopilot.errors import ImageInputError
 from geopilot.image import LoadedImage
 from geopilot.sample import Modality
-from geopilot.tool_output import ToolOutput
+from geopilot.tool_output import Detection, ToolOutput
+from geopilot.tool_protocol import REFERENCE_HELP, check_reference
 from geopilot.tools.geo import to_geojson
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -41,8 +46,13 @@ Threshold = Annotated[
 ]
 
 
+Reference = Annotated[str | None, AfterValidator(check_reference)]
+
+
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: Reference = Field(default=None, description=REFERENCE_HELP["image"], examples=["result:1"])
 
 
 class DetectObjectsParams(_Params):
@@ -60,6 +70,9 @@ class GroundParams(_Params):
 
 class SegmentSemanticParams(_Params):
     classes: Names = Field(description="land-cover classes to segment, e.g. ['water', 'building', 'tree']")
+    objects: Reference = Field(
+        default=None, description=REFERENCE_HELP["objects"] + "; the output counts them inside / outside each class"
+    )
 
 
 class SegmentInstancesParams(_Params):
@@ -211,7 +224,7 @@ class TaskTool:
         if isinstance(self.backend, LazyBackend):
             self.backend.get()
 
-    def run(self, image: LoadedImage, params: BaseModel) -> ToolOutput:
+    def run(self, image: LoadedImage, params: BaseModel, objects: list[Detection] | None = None) -> ToolOutput:
         width, height = image.scene_size
         if width * height > self.max_pixels:
             raise ImageInputError(
@@ -221,4 +234,25 @@ class TaskTool:
         output = self.backend.run(self.name, image, params)
         if image.georef is not None and (output.detections or output.roads is not None):
             output = output.model_copy(update={"geojson": to_geojson(output, image.georef, self.name)})
+        if objects is not None:
+            output = output.model_copy(update={"data": objects_in_regions(output, objects, params.objects)})
         return output
+
+
+def objects_in_regions(output: ToolOutput, objects: list[Detection], reference: str) -> dict:
+    """How many of `objects` (an earlier detection call's) have their box centre inside / outside each class
+    region of a segmentation `output`: the spatial answer of a detection + segmentation chain."""
+    from geopilot.tools.canonical import rle_contains
+
+    inside: dict[str, int] = {}
+    for segment in output.segments:
+        if segment.mask is None:
+            raise ValueError(f"class {segment.label!r} has no mask, so objects cannot be placed in it")
+        centres = [((d.box[0] + d.box[2]) / 2, (d.box[1] + d.box[3]) / 2) for d in objects]
+        inside[segment.label] = sum(rle_contains(segment.mask, centres))
+    return {
+        "objects_from": reference,
+        "objects": len(objects),
+        "inside": inside,
+        "outside": {label: len(objects) - n for label, n in inside.items()},
+    }

@@ -2,6 +2,11 @@
 each call (unknown tool, invalid params, a declared modality), repair once, run the calls, say what the model reads
 next. It knows nothing of how turns are generated: `geopilot.agent.GeoPilot` drives it over any engine.
 
+Chains (docs/chains.md): with `max_rounds` > 1 the reply to tool outputs may plan again; a later call may name an
+earlier one's output (`"image": "result:N"`), resolved against this chat's `ChatCalls` only. A reference to a call
+that does not exist, failed or has the wrong kind, and a repeat of an earlier call on the same input, are validation
+problems (one repair turn), so a step after a failed one never runs on nothing.
+
 With client-run tools (`PreparedRequest.client_tools`) a valid plan with calls ends the request as `tool_calls`:
 the caller runs them and comes back with their results (a request whose history ends with them, answered first).
 Calls are then checked against the tools the client offered and the plan against `tool_choice`."""
@@ -16,7 +21,7 @@ from geopilot.agent.results import ChatResult, Outcome, Timings, TokenCounts, To
 from geopilot.generation import Turn
 from geopilot.plan_parser import PlanParseError, parse_plan
 from geopilot.sample import Action, AssistantMessage, ToolMessage
-from geopilot.tool_protocol import ToolCallError, ToolRegistry, ToolResult
+from geopilot.tool_protocol import ChatCalls, ToolCallError, ToolRegistry, ToolResult
 from geopilot.wire import format_repair_turn, format_tool_turn
 
 MAX_CONCURRENT_DIALOGUES = 8  # rows of a batch whose tool calls run at the same time
@@ -43,6 +48,7 @@ class AgentLoop:
         self.rounds, self.repaired = 0, False
         self.next_kind = "answer" if request.messages[-1].role == "tool" else "think"  # client results come first
         self.unresolved: str | None = None  # invalid calls that still ran (as errors) after a failed repair
+        self.calls = ChatCalls()  # this chat's results: all that a `result:N` reference can name
         self.result: ChatResult | None = None
 
     def take(self, turn: Turn) -> str | None:
@@ -112,13 +118,17 @@ class AgentLoop:
     def _answers_tool_results(self) -> bool:
         return any(m.role == "tool" for m in self.request.messages)
 
+    def _key(self, action: Action) -> str | None:
+        key = getattr(self.registry, "params_key", None)
+        return key(action) if key is not None else None
+
     def _problem(self, action: Action) -> str | None:
         try:
             client = self.request.client_tools
             if client is not None:
                 client.validate(action, self.registry, self.request.gate)
             else:
-                self.registry.validate(action, self.request.gate)
+                self.registry.validate(action, self.request.gate, self.calls)
         except ToolCallError as err:
             return f"{err.kind}: {err}"
         except Exception as err:  # noqa: BLE001 - a tool's own params model misbehaving is still the call's problem
@@ -145,11 +155,13 @@ class AgentLoop:
         if self.deadline is not None:  # never past the chat's deadline (0 left: the call is reported, not run)
             timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
         try:
-            return self.registry.call(action, self.request.image, self.request.gate, timeout)
+            result = self.registry.call(action, self.request.image, self.request.gate, timeout, self.calls)
         except Exception as err:  # noqa: BLE001 - ToolRegistry.call captures failures; this guards other registries
-            return ToolResult(
+            result = ToolResult(
                 action.tool, dict(action.params), error=f"{type(err).__name__}: {err}", error_kind="tool_error"
             )
+        self.calls.record(result, self._key(action))
+        return result
 
     def _run_tools(self, plan: AssistantMessage, record: TurnRecord) -> str:
         """Run every call (after a failed repair, invalid ones come back as errors the model answers from)."""
@@ -165,6 +177,9 @@ class AgentLoop:
             )
             for action in plan.actions[self.max_tool_calls :]
         ]
+        for result in results[self.max_tool_calls :]:
+            self.calls.record(result)
+        self.calls.close_round()  # the next round's calls may read this one's outputs
         self.messages.append(plan)
         for result in results:
             self.tool_calls.append(ToolCallRecord(round=self.rounds, **vars(result)))

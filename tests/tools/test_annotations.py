@@ -132,3 +132,39 @@ def test_registry_built_on_annotations_serves_all_ten_tools(record, tmp_path):
         result = registry.call(Action(tool=spec.name, params=wanted), image)
         assert result.ok, (spec.name, result.error)
         assert result.output.provenance == "annotations"
+
+
+def test_a_chain_reads_the_cloud_free_original_and_places_objects_in_classes(record, tmp_path):
+    """remove_clouds on a cloudy scene gives its clean original; a detection on `result:1` reads that image; a
+    segmentation with `objects: result:2` counts the detections inside / outside each class region."""
+    from geopilot.tool_protocol import ChatCalls
+
+    Image.new("RGB", (W, H)).save(tmp_path / "scene.png")
+    registry = build_registry(annotations=record, annotations_root=tmp_path)
+    image, calls = load_image(tmp_path / "scene.png"), ChatCalls()
+    chain = [
+        Action(tool="remove_clouds"),
+        Action(tool="detect_objects", params={"categories": ["plane"], "image": "result:1"}),
+        Action(tool="segment_semantic", params={"classes": ["water", "building"], "objects": "result:2"}),
+    ]
+    results = []
+    for action in chain:  # one call per round
+        results.append(registry.call(action, image, "optical", calls=calls))
+        calls.record(results[-1], registry.params_key(action))
+        calls.close_round()
+    clear, planes, regions = (r.output for r in results)
+    assert clear.artifacts[0].path == str((tmp_path / "clear.png").resolve())
+    assert planes.computed_on == "result:1" and [d.label for d in planes.detections] == ["plane", "plane"]
+    # plane centres (0.2, 0.3) -> column 8 (water, columns 0-9); (0.55, 0.7) -> column 22, row 14 (background)
+    assert regions.data == {
+        "objects_from": "result:2",
+        "objects": 2,
+        "inside": {"water": 1, "building": 0},
+        "outside": {"water": 1, "building": 2},
+    }
+    wrong = registry.call(Action(tool="segment_semantic", params={"classes": ["water"], "objects": "result:1"}), image)
+    assert wrong.error_kind == "invalid_reference"
+    wrong_kind = registry.call(
+        Action(tool="segment_semantic", params={"classes": ["water"], "objects": "result:1"}), image, calls=calls
+    )
+    assert wrong_kind.error_kind == "invalid_reference" and "not a detection" in wrong_kind.error
