@@ -42,7 +42,7 @@ from geopilot.data_gen.abilities import (
 )
 from geopilot.data_gen.journal import Journal, summary
 from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
-from geopilot.data_gen.shards import RunLock, Shard, identity_difference, run_identity
+from geopilot.data_gen.shards import RunLock, Shard, run_dir
 from geopilot.data_gen.sources import SourceRead, read_source
 from geopilot.data_gen.validate import (
     SEMANTIC,
@@ -55,7 +55,7 @@ from geopilot.data_gen.validate import (
     parse_reply,
 )
 from geopilot.errors import ConfigError
-from geopilot.fileio import atomic_write
+from geopilot.fileio import atomic_write, fingerprint
 from geopilot.image import LoadedImage
 from geopilot.records import AnnotationRecord, Dialogue
 from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, Sample, ToolMessage, UserMessage
@@ -125,7 +125,7 @@ class GenerateConfig(StrictConfig):
             raise ConfigError("backend.url is required for backend.kind: openai")
         return self
 
-    def content_hash(self) -> str:
+    def content_settings(self) -> dict:
         """What decides the samples: everything but where and how fast they are fetched (the model counts)."""
         data = self.model_dump(mode="json")
         for key in RUN_ONLY_BACKEND_KEYS:
@@ -133,7 +133,10 @@ class GenerateConfig(StrictConfig):
         data.pop("max_skip_fraction")  # gates a run, never changes a sample
         for source in data["sources"]:
             source.pop("max_skip_fraction")
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return data
+
+    def content_hash(self) -> str:
+        return fingerprint(self.content_settings())
 
 
 def build_llm_client(config: LLMClientConfig, cache_dir: Path) -> LLMClient:
@@ -554,19 +557,15 @@ def generate_dataset(
 
     config = config.checked()
     out_dir = Path(out_dir)
-    identity = run_identity(config.content_hash(), shard)
-    _check_same_run(out_dir, identity)
+    identity = run_dir(out_dir, config, shard)
+    identity.check()
     prompts = load_prompts()
     plan = plan_jobs(config, readers)  # a source that gives nothing fails here, before anything is written
     facts = plan_facts(plan)
     jobs = plan.jobs if shard is None else [job for job in plan.jobs if shard.holds(job.sample_id)]
     out_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(out_dir):
-        _check_same_run(out_dir, identity)
-        if not (out_dir / "run.json").is_file():
-            atomic_write(
-                out_dir / "run.json", json.dumps({**identity, "config": config.model_dump(mode="json")}, indent=2)
-            )
+        identity.claim()
         atomic_write(out_dir / "plan.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
         journal = Journal(out_dir / "journal")
         entries = journal.recover()
@@ -612,17 +611,6 @@ def generate_dataset(
             )
             write_report(out_dir, report)
     return RunResult(manifest, report, new, resumed, seconds)
-
-
-def _check_same_run(out_dir: Path, identity: dict) -> None:
-    run_file = out_dir / "run.json"
-    if run_file.is_file():
-        difference = identity_difference(json.loads(run_file.read_text(encoding="utf-8")), identity)
-        if difference is not None:
-            raise ConfigError(
-                f"{out_dir} holds a run started with {difference}; resume with the same config, shard and code, "
-                "or choose a new --out"
-            )
 
 
 def write_shards(

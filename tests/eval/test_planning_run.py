@@ -343,7 +343,7 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
     with ScriptedAgent(script) as server:
         assert main(openai_args(server.url, cases_file, tmp_path / "run", "1")) == 0
         assert main(openai_args(server.url, cases_file, tmp_path / "run", "1", "--temperature", "0.7")) == 2
-    assert "another configuration" in capsys.readouterr().err
+    assert "other settings (temperature: 0.0 -> 0.7)" in capsys.readouterr().err
 
 
 def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsys):
