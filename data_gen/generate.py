@@ -24,10 +24,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from PIL import Image
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from geopilot.config import StrictConfig
 from geopilot.data_gen.abilities import (
@@ -41,7 +41,7 @@ from geopilot.data_gen.abilities import (
     vocabulary,
 )
 from geopilot.data_gen.journal import Journal, summary
-from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
+from geopilot.data_gen.llm import LLMClient, LLMClientConfig, LLMRequest, OpenAIClient, PromptFile, load_prompts
 from geopilot.data_gen.shards import RunLock, Shard, run_dir
 from geopilot.data_gen.sources import SourceRead, read_source
 from geopilot.data_gen.validate import (
@@ -75,35 +75,6 @@ class SourceConfig(StrictConfig):
     max_skip_fraction: float | None = Field(default=None, ge=0, le=1)  # this source's own limit (default: the run's)
 
 
-class LLMClientConfig(StrictConfig):
-    kind: Literal["template", "openai"] = "template"
-    url: str | None = None  # OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (kind: openai)
-    model: str = "gemini-2.5-flash"
-    api_key_env: str | None = None  # name of the environment variable holding the API key
-    concurrency: int = Field(default=8, ge=1, le=1024)  # requests in flight at once
-    max_retries: int = Field(default=5, ge=0)  # per request, on 429 / 5xx / timeouts / refused connections
-    timeout_s: float = Field(default=60.0, gt=0)
-    backoff_base_s: float = Field(default=0.5, ge=0)
-    backoff_max_s: float = Field(default=30.0, ge=0)
-    temperature: float = Field(default=0.7, ge=0)
-    max_tokens: int = Field(default=1024, ge=16)
-    json_mode: bool = True  # send response_format={"type": "json_object"}
-    cache: bool = True  # on-disk response cache under <out>/llm_cache
-
-
-# Backend settings that may change between a run and its resumption (a new port, more concurrency).
-RUN_ONLY_BACKEND_KEYS = (
-    "url",
-    "concurrency",
-    "max_retries",
-    "timeout_s",
-    "backoff_base_s",
-    "backoff_max_s",
-    "api_key_env",
-    "cache",
-)
-
-
 class GenerateConfig(StrictConfig):
     sources: list[SourceConfig] = Field(min_length=1)
     abilities: list[str] = Field(default_factory=lambda: list(ABILITIES))
@@ -115,20 +86,19 @@ class GenerateConfig(StrictConfig):
     # a source skipping more than this fraction of its items is an error (geopilot.data_gen.sources)
     max_skip_fraction: float = Field(default=0.2, ge=0, le=1)
 
-    def checked(self) -> GenerateConfig:
+    @model_validator(mode="after")
+    def _known_abilities(self) -> GenerateConfig:
         unknown = sorted(
             {a for a in self.abilities + [a for s in self.sources for a in s.abilities or []] if a not in ABILITIES}
         )
         if unknown:
-            raise ConfigError(f"unknown abilities {unknown}; choose from {', '.join(ABILITIES)}")
-        if self.backend.kind == "openai" and not self.backend.url:
-            raise ConfigError("backend.url is required for backend.kind: openai")
+            raise ValueError(f"unknown abilities {unknown}; choose from {', '.join(ABILITIES)}")
         return self
 
     def content_settings(self) -> dict:
         """What decides the samples: everything but where and how fast they are fetched (the model counts)."""
         data = self.model_dump(mode="json")
-        for key in RUN_ONLY_BACKEND_KEYS:
+        for key in LLMClientConfig.run_only_keys():
             data["backend"].pop(key)
         data.pop("max_skip_fraction")  # gates a run, never changes a sample
         for source in data["sources"]:
@@ -151,20 +121,7 @@ def build_llm_client(config: LLMClientConfig, cache_dir: Path) -> LLMClient:
             raise ConfigError(
                 f"backend.api_key_env names {config.api_key_env!r}, but that environment variable is not set"
             )
-    return OpenAIClient(
-        config.url,
-        config.model,
-        api_key=api_key,
-        concurrency=config.concurrency,
-        max_retries=config.max_retries,
-        timeout_s=config.timeout_s,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        json_mode=config.json_mode,
-        backoff_base_s=config.backoff_base_s,
-        backoff_max_s=config.backoff_max_s,
-        cache_dir=cache_dir if config.cache else None,
-    )
+    return OpenAIClient(config, api_key=api_key, cache_dir=cache_dir if config.cache else None)
 
 
 # ---- jobs: one per sample id, in a fixed order ------------------------------------------------------------------
@@ -555,7 +512,6 @@ def generate_dataset(
     With `shard`, only the jobs of that shard (`geopilot.data_gen.shards`); `geopilot generate merge` joins them."""
     from geopilot.data_gen.report import build_report, plan_facts, write_report
 
-    config = config.checked()
     out_dir = Path(out_dir)
     identity = run_dir(out_dir, config, shard)
     identity.check()
