@@ -18,7 +18,7 @@ import time
 
 from gen_throughput import start_endpoint  # benchmarks/ is on sys.path when run as a script
 
-from geopilot.data_gen.llm import LLMRequest, OpenAIClient
+from geopilot.data_gen.llm import LLMClientConfig, LLMRequest, OpenAIClient
 from geopilot.llm_client import async_client
 
 MAX_SLOWER = 1.20
@@ -29,7 +29,10 @@ def messages(index: int) -> list[dict]:
 
 
 async def today(url: str, count: int, in_flight: int) -> float:
-    client = OpenAIClient(url, "loopback", concurrency=in_flight, max_retries=0, json_mode=False)
+    settings = LLMClientConfig(
+        kind="openai", url=url, model="loopback", concurrency=in_flight, max_retries=0, json_mode=False
+    )
+    client = OpenAIClient(settings)
     started = time.perf_counter()
     await asyncio.gather(*(client.complete(LLMRequest("plan", messages(i), {}, i, "v")) for i in range(count)))
     seconds = time.perf_counter() - started

@@ -55,7 +55,6 @@ def check_sources(config: GenerateConfig, readers: dict | None = None) -> dict:
     from geopilot.data_gen.readers import LAYOUTS
     from geopilot.data_gen.readers import READERS as default_readers
 
-    config = config.checked()
     readers = default_readers if readers is None else readers
     plan, seen, sources = Plan(jobs=[], read_reports={}), set(), []
     for source in config.sources:

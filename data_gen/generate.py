@@ -24,10 +24,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from PIL import Image
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from geopilot.config import StrictConfig
 from geopilot.data_gen.abilities import (
@@ -51,8 +51,8 @@ from geopilot.data_gen.chains import (
     cloudy_record,
 )
 from geopilot.data_gen.journal import Journal, summary
-from geopilot.data_gen.llm import LLMClient, LLMRequest, OpenAIClient, PromptFile, load_prompts
-from geopilot.data_gen.shards import RunLock, Shard, identity_difference, run_identity
+from geopilot.data_gen.llm import LLMClient, LLMClientConfig, LLMRequest, OpenAIClient, PromptFile, load_prompts
+from geopilot.data_gen.shards import RunLock, Shard, run_dir
 from geopilot.data_gen.sources import SourceRead, read_source
 from geopilot.data_gen.validate import (
     SEMANTIC,
@@ -65,7 +65,7 @@ from geopilot.data_gen.validate import (
     parse_reply,
 )
 from geopilot.errors import ConfigError
-from geopilot.fileio import atomic_write
+from geopilot.fileio import atomic_write, fingerprint
 from geopilot.image import LoadedImage
 from geopilot.records import AnnotationRecord, Dialogue
 from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, Sample, ToolMessage, UserMessage
@@ -85,35 +85,6 @@ class SourceConfig(StrictConfig):
     max_skip_fraction: float | None = Field(default=None, ge=0, le=1)  # this source's own limit (default: the run's)
 
 
-class LLMClientConfig(StrictConfig):
-    kind: Literal["template", "openai"] = "template"
-    url: str | None = None  # OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (kind: openai)
-    model: str = "gemini-2.5-flash"
-    api_key_env: str | None = None  # name of the environment variable holding the API key
-    concurrency: int = Field(default=8, ge=1, le=1024)  # requests in flight at once
-    max_retries: int = Field(default=5, ge=0)  # per request, on 429 / 5xx / timeouts / refused connections
-    timeout_s: float = Field(default=60.0, gt=0)
-    backoff_base_s: float = Field(default=0.5, ge=0)
-    backoff_max_s: float = Field(default=30.0, ge=0)
-    temperature: float = Field(default=0.7, ge=0)
-    max_tokens: int = Field(default=1024, ge=16)
-    json_mode: bool = True  # send response_format={"type": "json_object"}
-    cache: bool = True  # on-disk response cache under <out>/llm_cache
-
-
-# Backend settings that may change between a run and its resumption (a new port, more concurrency).
-RUN_ONLY_BACKEND_KEYS = (
-    "url",
-    "concurrency",
-    "max_retries",
-    "timeout_s",
-    "backoff_base_s",
-    "backoff_max_s",
-    "api_key_env",
-    "cache",
-)
-
-
 class GenerateConfig(StrictConfig):
     sources: list[SourceConfig] = Field(min_length=1)
     abilities: list[str] = Field(default_factory=lambda: list(ABILITIES))
@@ -126,27 +97,29 @@ class GenerateConfig(StrictConfig):
     max_skip_fraction: float = Field(default=0.2, ge=0, le=1)
     chains: ChainsConfig = ChainsConfig()  # two-step tool chains, a share of each stage (geopilot.data_gen.chains)
 
-    def checked(self) -> GenerateConfig:
+    @model_validator(mode="after")
+    def _known_abilities(self) -> GenerateConfig:
         unknown = sorted(
             {a for a in self.abilities + [a for s in self.sources for a in s.abilities or []] if a not in ABILITIES}
         )
         if unknown:
-            raise ConfigError(f"unknown abilities {unknown}; choose from {', '.join(ABILITIES)}")
-        if self.backend.kind == "openai" and not self.backend.url:
-            raise ConfigError("backend.url is required for backend.kind: openai")
+            raise ValueError(f"unknown abilities {unknown}; choose from {', '.join(ABILITIES)}")
         return self
 
-    def content_hash(self) -> str:
+    def content_settings(self) -> dict:
         """What decides the samples: everything but where and how fast they are fetched (the model counts)."""
         data = self.model_dump(mode="json")
-        for key in RUN_ONLY_BACKEND_KEYS:
+        for key in LLMClientConfig.run_only_keys():
             data["backend"].pop(key)
         data.pop("max_skip_fraction")  # gates a run, never changes a sample
         if not self.chains.share:  # runs without chains keep the hash they had before chains existed
             data.pop("chains")
         for source in data["sources"]:
             source.pop("max_skip_fraction")
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return data
+
+    def content_hash(self) -> str:
+        return fingerprint(self.content_settings())
 
 
 def build_llm_client(config: LLMClientConfig, cache_dir: Path) -> LLMClient:
@@ -161,20 +134,7 @@ def build_llm_client(config: LLMClientConfig, cache_dir: Path) -> LLMClient:
             raise ConfigError(
                 f"backend.api_key_env names {config.api_key_env!r}, but that environment variable is not set"
             )
-    return OpenAIClient(
-        config.url,
-        config.model,
-        api_key=api_key,
-        concurrency=config.concurrency,
-        max_retries=config.max_retries,
-        timeout_s=config.timeout_s,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        json_mode=config.json_mode,
-        backoff_base_s=config.backoff_base_s,
-        backoff_max_s=config.backoff_max_s,
-        cache_dir=cache_dir if config.cache else None,
-    )
+    return OpenAIClient(config, api_key=api_key, cache_dir=cache_dir if config.cache else None)
 
 
 # ---- jobs: one per sample id, in a fixed order ------------------------------------------------------------------
@@ -601,21 +561,16 @@ def generate_dataset(
     With `shard`, only the jobs of that shard (`geopilot.data_gen.shards`); `geopilot generate merge` joins them."""
     from geopilot.data_gen.report import build_report, plan_facts, write_report
 
-    config = config.checked()
     out_dir = Path(out_dir)
-    identity = run_identity(config.content_hash(), shard)
-    _check_same_run(out_dir, identity)
+    identity = run_dir(out_dir, config, shard)
+    identity.check()
     prompts = load_prompts()
     plan = plan_jobs(config, readers)  # a source that gives nothing fails here, before anything is written
     facts = plan_facts(plan)
     jobs = plan.jobs if shard is None else [job for job in plan.jobs if shard.holds(job.sample_id)]
     out_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(out_dir):
-        _check_same_run(out_dir, identity)
-        if not (out_dir / "run.json").is_file():
-            atomic_write(
-                out_dir / "run.json", json.dumps({**identity, "config": config.model_dump(mode="json")}, indent=2)
-            )
+        identity.claim()
         atomic_write(out_dir / "plan.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
         journal = Journal(out_dir / "journal")
         entries = journal.recover()
@@ -661,17 +616,6 @@ def generate_dataset(
             )
             write_report(out_dir, report)
     return RunResult(manifest, report, new, resumed, seconds)
-
-
-def _check_same_run(out_dir: Path, identity: dict) -> None:
-    run_file = out_dir / "run.json"
-    if run_file.is_file():
-        difference = identity_difference(json.loads(run_file.read_text(encoding="utf-8")), identity)
-        if difference is not None:
-            raise ConfigError(
-                f"{out_dir} holds a run started with {difference}; resume with the same config, shard and code, "
-                "or choose a new --out"
-            )
 
 
 def write_shards(

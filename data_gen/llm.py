@@ -23,8 +23,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import Protocol
+from typing import Literal, Protocol
 
+from pydantic import Field, model_validator
+
+from geopilot.config import StrictConfig
 from geopilot.errors import ConfigError, GeoPilotError
 from geopilot.fileio import atomic_write
 
@@ -148,6 +151,48 @@ class ResponseCache:
         atomic_write(path, json.dumps({"content": content}))
 
 
+RUN_ONLY = {"run_only": True}  # a setting that may change between a run and its resumption (a new port, more speed)
+
+
+class LLMClientConfig(StrictConfig):
+    """The LLM client of `geopilot generate` (config key `backend`): each setting, its default and bounds, once."""
+
+    kind: Literal["template", "openai"] = Field(
+        "template", description="template: offline template answers; openai: an OpenAI-compatible endpoint"
+    )
+    url: str | None = Field(
+        None,
+        description="OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (kind: openai)",
+        json_schema_extra=RUN_ONLY,
+    )
+    model: str = Field("gemini-2.5-flash", description="the model the endpoint serves")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key", json_schema_extra=RUN_ONLY
+    )
+    concurrency: int = Field(8, ge=1, le=1024, description="requests in flight at once", json_schema_extra=RUN_ONLY)
+    max_retries: int = Field(
+        5, ge=0, description="per request, on 429 / 5xx / timeouts / refused connections", json_schema_extra=RUN_ONLY
+    )
+    timeout_s: float = Field(60.0, gt=0, description="seconds per attempt", json_schema_extra=RUN_ONLY)
+    backoff_base_s: float = Field(0.5, ge=0, description="first retry delay (doubling)", json_schema_extra=RUN_ONLY)
+    backoff_max_s: float = Field(30.0, ge=0, description="longest retry delay", json_schema_extra=RUN_ONLY)
+    temperature: float = Field(0.7, ge=0, description="sampling temperature")
+    max_tokens: int = Field(1024, ge=16, description="reply length limit")
+    json_mode: bool = Field(True, description='send response_format={"type": "json_object"}')
+    cache: bool = Field(True, description="on-disk response cache under <out>/llm_cache", json_schema_extra=RUN_ONLY)
+
+    @model_validator(mode="after")
+    def _openai_needs_a_url(self) -> LLMClientConfig:
+        if self.kind == "openai" and not self.url:
+            raise ValueError("url is required for kind: openai")
+        return self
+
+    @classmethod
+    def run_only_keys(cls) -> list[str]:
+        """Settings that decide where and how fast replies are fetched, never what a sample holds."""
+        return [name for name, info in cls.model_fields.items() if info.json_schema_extra == RUN_ONLY]
+
+
 class OpenAIClient:
     """An OpenAI-compatible chat endpoint. `url` is the API base (e.g. `http://127.0.0.1:8000/v1`).
 
@@ -159,31 +204,23 @@ class OpenAIClient:
 
     name = "openai"
 
-    def __init__(
-        self,
-        url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        concurrency: int = 8,
-        max_retries: int = 5,
-        timeout_s: float = 60.0,
-        temperature: float = 0.7,
-        max_tokens: int = 1024,
-        json_mode: bool = True,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 30.0,
-        cache_dir: Path | None = None,
-    ):
-        base = url.rstrip("/")
+    def __init__(self, settings: LLMClientConfig, api_key: str | None = None, cache_dir: Path | None = None):
+        if not settings.url:
+            raise ConfigError("the openai LLM client needs backend.url (an OpenAI-compatible API base)")
+        base = settings.url.rstrip("/")
         self.endpoint = base if base.endswith("/chat/completions") else base + "/chat/completions"
-        self.model, self.concurrency, self.max_retries = model, concurrency, max_retries
-        self.params = {"temperature": temperature, "max_tokens": max_tokens, "json_mode": json_mode}
-        self.backoff_base_s, self.backoff_max_s, self.timeout_s = backoff_base_s, backoff_max_s, timeout_s
+        self.model, self.concurrency, self.max_retries = settings.model, settings.concurrency, settings.max_retries
+        self.params = {
+            "temperature": settings.temperature,
+            "max_tokens": settings.max_tokens,
+            "json_mode": settings.json_mode,
+        }
+        self.backoff_base_s, self.backoff_max_s = settings.backoff_base_s, settings.backoff_max_s
+        self.timeout_s = settings.timeout_s
         self.cache = ResponseCache(cache_dir) if cache_dir is not None else None
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = None  # created inside the running event loop, as aiohttp requires
-        self._semaphore = asyncio.Semaphore(concurrency)
+        self._semaphore = asyncio.Semaphore(self.concurrency)
         self._jitter = random.Random()  # timing only; never affects content
 
     def _client(self):

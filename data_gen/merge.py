@@ -18,7 +18,7 @@ from pathlib import Path
 from geopilot.data_gen.generate import GenerateConfig, write_shards
 from geopilot.data_gen.journal import Journal
 from geopilot.data_gen.report import build_report, write_report
-from geopilot.data_gen.shards import RunLock, parse_shard
+from geopilot.data_gen.shards import RunLock, parse_shard, recorded_settings, run_dir
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import atomic_write
 
@@ -46,24 +46,26 @@ def check_shards(folders: list[Path]) -> list[dict]:
     for shard in shards:
         shard["plan"] = _read(shard["dir"], "plan.json")
         run, where = shard["run"], f"{first['dir']} and {shard['dir']}"
-        if run.get("config_hash") != first["run"].get("config_hash"):
+        shard["identity"] = recorded_settings(run)
+        if shard["identity"]["config"] != first["identity"]["config"]:
             raise MergeError(
                 f"{where} were made from different configs ({_config_difference(first['run']['config'], run['config'])})"
             )
-        if run.get("code_version") != first["run"].get("code_version"):
+        if shard["identity"]["code_version"] != first["identity"]["code_version"]:
             raise MergeError(
-                f"{where} were made by different code versions ({first['run'].get('code_version')} vs {run.get('code_version')})"
+                f"{where} were made by different code versions ({first['identity']['code_version']} vs "
+                f"{shard['identity']['code_version']})"
             )
-        if run.get("shard") is None:
+        if shard["identity"]["shard"] is None:
             raise MergeError(f"{shard['dir']} is a whole run, not a shard (made without --shard)")
         if not shard["manifest"].get("complete"):
             raise MergeError(
-                f"{shard['dir']} (shard {run['shard']}) is not finished: {shard['manifest'].get('pending')} jobs pending; "
+                f"{shard['dir']} (shard {shard['identity']['shard']}) is not finished: {shard['manifest'].get('pending')} jobs pending; "
                 "rerun its generate command"
             )
         if shard["plan"] != first["plan"]:
             raise MergeError(f"{where} planned different jobs (sources changed on disk between the shards)")
-    specs = [parse_shard(s["run"]["shard"]) for s in shards]
+    specs = [parse_shard(s["identity"]["shard"]) for s in shards]
     counts = sorted({spec.count for spec in specs})
     if len(counts) > 1:
         raise MergeError(f"the shards split the run {' and '.join(map(str, counts))} ways")
@@ -131,9 +133,8 @@ def merge_shards(folders: list[Path], out_dir: Path) -> dict:
         corrupt = sum(_read(s["dir"], "report.json").get("journal_corrupt_lines_skipped", 0) for s in shards)
         report = build_report(facts, [i for _, i in placed], entries, config, manifest, torn, corrupt)
         write_report(out_dir, report)
-        run = {**first["run"], "shard": None}  # the identity of the single-process run it equals
-        atomic_write(out_dir / "run.json", json.dumps(run, indent=2))
+        run_dir(out_dir, config, None, first["identity"]["code_version"]).write()  # the single-process run it equals
         atomic_write(out_dir / "plan.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
-        merge_record = {"merged_from": [{"dir": str(s["dir"]), "shard": s["run"]["shard"]} for s in shards]}
+        merge_record = {"merged_from": [{"dir": str(s["dir"]), "shard": s["identity"]["shard"]} for s in shards]}
         atomic_write(out_dir / "merge.json", json.dumps(merge_record, indent=2) + "\n")
     return report

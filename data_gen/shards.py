@@ -3,8 +3,8 @@ lock that keeps two processes from writing one output folder.
 
 `--shard i/N` keeps the jobs whose stable hash (sha256 of the sample id) is i modulo N, in the run's job order, with
 their global job index, so the N shards together are exactly the single-process run and `geopilot generate merge`
-can put them back in order. A run's identity (`run.json`) is its config hash, its shard and the code version; a
-resume or a merge with a different one is refused with what differs.
+can put them back in order. A run's identity (`run.json`, a `geopilot.run_dir.RunDir` record) is what decides its
+samples, its shard and the code version; a resume or a merge with a different one is refused with what differs.
 """
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.errors import ConfigError, GeoPilotInputError, first_line
+from geopilot.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from geopilot.data_gen.generate import GenerateConfig
 
 
 @dataclass(frozen=True)
@@ -66,20 +71,46 @@ def code_version() -> str:
     return f"{geopilot.__version__}+{digest.hexdigest()[:12]}"
 
 
-def run_identity(config_hash: str, shard: Shard | None) -> dict:
-    return {"config_hash": config_hash, "shard": str(shard) if shard else None, "code_version": code_version()}
+def run_dir(out_dir: Path, config: GenerateConfig, shard: Shard | None, code: str | None = None) -> RunDir:
+    """The output folder's identity (`run.json`): what decides the samples, the shard and the code version (`code`:
+    that of the shards a merge joins; default this code's)."""
+    settings = {
+        "config": config.content_settings(),
+        "shard": str(shard) if shard else None,
+        "code_version": code or code_version(),
+    }
+    return RunDir(
+        out_dir,
+        settings,
+        "run.json",
+        "generate run",
+        extra={"config": config.model_dump(mode="json")},  # the whole config, run-only keys too: what merge rebuilds
+        own_files=frozenset({".lock"}),
+        legacy=_released_run,
+        error=ConfigError,
+    )
 
 
-def identity_difference(found: dict, wanted: dict) -> str | None:
-    """What differs between a folder's run.json and this run (None when they match). A run.json written before
-    code versions were recorded matches any version."""
-    if found.get("config_hash") != wanted["config_hash"]:
-        return f"a different config (hash {found.get('config_hash')}, now {wanted['config_hash']})"
-    if found.get("shard") != wanted["shard"]:
-        return f"shard {found.get('shard') or 'none (a whole run)'}, not {wanted['shard'] or 'a whole run'}"
-    if found.get("code_version", wanted["code_version"]) != wanted["code_version"]:
-        return f"code version {found['code_version']}, this is {wanted['code_version']}"
-    return None
+def recorded_settings(run: dict) -> dict:
+    """The identity a run.json records, also one written before run folders had one format (`{config_hash, shard,
+    code_version, config}`; one without a code version matches any)."""
+    from geopilot.data_gen.generate import GenerateConfig
+
+    if "settings" in run:
+        return run["settings"]
+    try:
+        config = GenerateConfig.model_validate(run["config"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"a run.json from an older release without a readable config ({first_line(err)})") from None
+    return {
+        "config": config.content_settings(),
+        "shard": run.get("shard"),
+        "code_version": run.get("code_version", code_version()),
+    }
+
+
+def _released_run(out_dir: Path, record: dict | None) -> dict | None:
+    return None if record is None else recorded_settings(record)
 
 
 class RunLock:

@@ -1,14 +1,16 @@
 """A benchmark run: every case x every seed through one agent, scored, appended to `DIR/results.jsonl`.
 
-The log is append-only and resumable: each row carries the run's config hash (agent settings, prompt hash,
-case-file hash, tool layer, scorer version) and the prompt hash; re-running the same command skips the
-(case, seed) pairs already there, so a killed run finishes without duplicate rows. A different config in the
-same DIR is refused. After the loop the reports are rewritten from the log: `cases.csv`, `summary.json`,
+The folder is a `geopilot.run_dir.RunDir`: `run.json` records the run's config (agent settings, prompt hash,
+case-file hash, tool layer, scorer version), and a different config in the same DIR is refused naming what differs.
+The log is append-only and resumable: each row carries the config's fingerprint and the prompt hash; re-running the
+same command skips the (case, seed) pairs already there, so a killed run finishes without duplicate rows. After the loop the reports are rewritten from the log: `cases.csv`, `summary.json`,
 `leaderboard.md` and `leaderboard.png` (geopilot.eval.report).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,16 +19,42 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.eval.cases import DIFFICULTIES, CaseSet
 from geopilot.eval.metrics import summarise
 from geopilot.eval.scorer import score
-from geopilot.eval.toolkit import canonical_hash
 from geopilot.fileio import append_jsonl, iter_jsonl
+from geopilot.run_dir import RunDir
 
 SCORER_VERSION = "1"
 RESULTS = "results.jsonl"
+RUN_RECORD = "run.json"  # the folder's settings (geopilot.run_dir)
 
 
 def read_rows(path: Path) -> list[dict]:
     """The rows of a results log; a line cut off by a kill is skipped (it is re-run)."""
     return [row for _, row in iter_jsonl(path, "skip") if "case_id" in row and "seed" in row]
+
+
+def released_run(out: Path, config: dict) -> dict | None:
+    """The config of a folder written before run.json: its rows carry the sha256 of the canonical config JSON, so
+    one whose rows all carry this config's is this run; another is named from its summary.json, else refused."""
+    rows = read_rows(out / RESULTS)
+    if not rows:
+        return None
+    hashes = {row.get("config_hash") for row in rows}
+    if hashes == {_released_hash(config)}:
+        return config
+    try:
+        recorded = json.loads((out / "summary.json").read_text(encoding="utf-8")).get("config")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, dict) and {_released_hash(recorded)} == hashes:
+        return recorded
+    raise GeoPilotInputError(
+        f"{str(out)!r} holds results of another configuration (config hash {sorted(map(str, hashes))[0][:12]}, "
+        "written before run folders recorded their settings); use a new --out folder"
+    )
+
+
+def _released_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 def run_benchmark(
@@ -43,9 +71,6 @@ def run_benchmark(
     from geopilot.eval.report import write_reports
 
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise GeoPilotInputError(f"--out {str(out)!r} exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
     results = out / RESULTS
     config = {
         **agent.config,
@@ -54,14 +79,10 @@ def run_benchmark(
         "tool_layer": tool_layer,
         "scorer": SCORER_VERSION,
     }
-    config_hash = canonical_hash(config)
+    run_dir = RunDir(out, config, RUN_RECORD, "benchmark run", legacy=lambda folder, _: released_run(folder, config))
+    run_dir.claim()
+    config_hash = run_dir.fingerprint
     existing = read_rows(results)
-    others = {row.get("config_hash") for row in existing} - {config_hash}
-    if others:
-        raise GeoPilotInputError(
-            f"{str(out)!r} holds a run with another configuration (config hash {sorted(others)[0][:12]}); "
-            "use a new --out folder"
-        )
     done = {(row["case_id"], row["seed"]) for row in existing}
     todo = [(seed, case) for seed in seeds for case in case_set.cases if (case.id, seed) not in done]
     for index, (seed, case) in enumerate(todo, start=1):

@@ -170,7 +170,3 @@ def _reads(schema: dict) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def canonical_hash(obj) -> str:
-    return sha256_text(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str))

@@ -6,12 +6,16 @@ Every config class derives from `StrictConfig`, so a misspelt key fails loudly w
 from __future__ import annotations
 
 import argparse
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import annotated_types
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from geopilot.argtypes import finite_float
 from geopilot.errors import ConfigError, describe_validation_error
 from geopilot.fileio import atomic_write
 
@@ -60,6 +64,67 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) 
             parser.error(f"unrecognized arguments: {' '.join(stray or extra)}{hint}")
         args.overrides = [*args.overrides, *extra]
     return args
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line flag that sets one field of a config model (`add_config_flags`)."""
+
+    name: str  # "--request-timeout"
+    unit: float = 1  # the field holds the flag's value times this (--max-body-mb sets bytes: 2**20)
+    metavar: str | None = None
+
+
+def add_config_flags(parser: argparse.ArgumentParser, model: type[BaseModel], flags: dict[str, Flag]) -> None:
+    """One flag per field of `model` named in `flags` (field name -> Flag): its type, default and help come from
+    the field, so a default lives once, in the model (the command's help formatter shows it). A float is checked
+    finite and within the field's bounds as it is parsed; an int's bounds (like every other check) by the model when
+    `config_from_flags` values build it."""
+    for field, flag in flags.items():
+        info = model.model_fields[field]
+        default = info.get_default(call_default_factory=True)
+        help_text = info.description or ""
+        if info.annotation is bool:
+            parser.add_argument(flag.name, dest=field, action="store_true", help=help_text)
+            continue
+        if isinstance(default, list):  # repeatable; unset leaves the model's default
+            parser.add_argument(
+                flag.name, dest=field, action="append", default=None, metavar=flag.metavar, help=help_text
+            )
+            continue
+        if info.annotation is float or flag.unit != 1:
+            parse = _bounded_float(info.metadata, flag.unit)
+        else:
+            parse = int if info.annotation is int else str
+        parser.add_argument(
+            flag.name,
+            dest=field,
+            type=parse,
+            default=default / flag.unit if flag.unit != 1 else default,
+            metavar=flag.metavar or flag.name.lstrip("-").upper().replace("-", "_"),
+            help=help_text,
+        )
+
+
+def config_from_flags(args: argparse.Namespace, flags: dict[str, Flag]) -> dict:
+    """The fields `add_config_flags` flags set, in the model's units (a repeatable flag never given: left out)."""
+    values = {}
+    for field, flag in flags.items():
+        value = getattr(args, field)
+        if value is not None:
+            values[field] = int(value * flag.unit) if flag.unit != 1 else value
+    return values
+
+
+def _bounded_float(metadata: list, unit: float):
+    low, high, low_open = -math.inf, math.inf, False
+    for bound in metadata:
+        if isinstance(bound, annotated_types.Gt | annotated_types.Ge):
+            low, low_open = (bound.gt, True) if isinstance(bound, annotated_types.Gt) else (bound.ge, False)
+            low /= unit
+        elif isinstance(bound, annotated_types.Le):
+            high = bound.le / unit
+    return finite_float(low, high, low_open)
 
 
 def merge(base: dict, update: dict) -> dict:

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny tokenizer and a tiny model directory, built once per session, in-process, no downloads."""
+"""Shared fixtures: the one tiny random model of the session (built once through `geopilot init-model`, so its BPE
+is trained once), loaded in-process as `tiny` and its tokenizer as `tiny_tokenizer`; no downloads."""
 
 from __future__ import annotations
 
@@ -21,13 +22,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def tiny_tokenizer():
-    from geopilot.tokenizer import tiny_tokenizer
-
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """`geopilot init-model --config configs/model/tiny.yaml --out DIR`, through the real CLI entry."""
     from pathlib import Path
@@ -38,3 +32,17 @@ def tiny_model_dir(tmp_path_factory):
     config = Path(__file__).resolve().parents[1] / "configs" / "model" / "tiny.yaml"
     assert main(["init-model", "--config", str(config), "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_model_dir):
+    """(model in eval mode, processor) of the tiny model: every test folder's, never rebuilt."""
+    from geopilot.model import load_model
+
+    return load_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny):
+    """The tiny model's byte-fallback BPE (`geopilot.tokenizer.tiny_tokenizer()`, trained by init-model)."""
+    return tiny[1].tokenizer

@@ -1,6 +1,6 @@
 """Run the demo phase by phase into one out folder: refuse to mix runs, resume after Ctrl-C, reuse a finished one.
 
-The folder remembers its settings (`demo.json`); each finished phase leaves `phases/<phase>.done` (written
+The folder remembers its settings (`demo.json`, a `geopilot.run_dir.RunDir` record); each finished phase leaves `phases/<phase>.done` (written
 atomically, holding the phase's result), so the next run starts at the first phase without a marker.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from geopilot.demo import pipeline
 from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
-from geopilot.fileio import atomic_write
+from geopilot.run_dir import RunDir
 
 # Seconds per unit of work, for the up-front estimate, measured on the 2-core development machine (docs/demo.md);
 # training per sample-epoch of a width-96 3-layer text model (scaled by width x layers), by torch threads.
@@ -42,32 +42,22 @@ def estimate_seconds(settings: DemoSettings) -> float:
     )
 
 
+def run_dir(layout: Layout, settings: DemoSettings) -> RunDir:
+    return RunDir(layout.out, settings.model_dump(mode="json"), layout.settings.name, "demo run")
+
+
 def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
     """True when the folder holds this very demo, finished. Raises GeoPilotInputError when it must not be used."""
-    out = layout.out
-    if out.exists() and not out.is_dir():
-        raise GeoPilotInputError(f"--out {str(out)!r} exists and is not a folder")
-    if layout.settings.is_file():
-        started = _read_record(layout.settings, "the demo's settings")
-        if started.get("fingerprint") != settings.fingerprint():
-            changed = sorted(
-                key for key, value in settings.model_dump(mode="json").items() if started["settings"].get(key) != value
-            )
-            raise GeoPilotInputError(
-                f"{str(out)!r} holds a demo run with other settings (differs in: {', '.join(changed)}); "
-                "use a new --out folder, or rerun with the same settings to resume or reuse it"
-            )
-        read_results(layout)  # every phase marker readable, before any phase runs
-        needs_data = not layout.marker("stage2").is_file()  # training still reads the generated traces
-        if needs_data and layout.marker("data").is_file() and not layout.train_file.is_file():
-            raise GeoPilotInputError(
-                f"{str(layout.marker('data'))!r} says the data phase finished, but {str(layout.train_file)!r} is "
-                "gone; use a new --out folder (or delete the phases/ markers to redo every phase)"
-            )
-        return layout.marker("report").is_file()
-    if out.is_dir() and any(out.iterdir()):
-        raise GeoPilotInputError(f"--out {str(out)!r} is not empty and holds no demo run; choose a new or empty folder")
-    return False
+    if not run_dir(layout, settings).check():
+        return False
+    read_results(layout)  # every phase marker readable, before any phase runs
+    needs_data = not layout.marker("stage2").is_file()  # training still reads the generated traces
+    if needs_data and layout.marker("data").is_file() and not layout.train_file.is_file():
+        raise GeoPilotInputError(
+            f"{str(layout.marker('data'))!r} says the data phase finished, but {str(layout.train_file)!r} is "
+            "gone; use a new --out folder (or delete the phases/ markers to redo every phase)"
+        )
+    return layout.marker("report").is_file()
 
 
 def check_disk(path: Path, needed: int) -> None:
@@ -129,10 +119,7 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str =
     remaining = [phase for phase in wanted if not layout.marker(phase).is_file()]
     if "data" in remaining:
         check_disk(layout.out, settings.needed_bytes())
-    layout.out.mkdir(parents=True, exist_ok=True)
-    if not layout.settings.is_file():
-        record = {"fingerprint": settings.fingerprint(), "settings": settings.model_dump(mode="json")}
-        atomic_write(layout.settings, json.dumps(record, indent=1) + "\n")
+    run_dir(layout, settings).claim()
     done = [phase for phase in PHASES if phase not in remaining]
     console.print(
         f"geopilot demo -> {layout.out}: about {estimate_seconds(settings) / 60:.0f} min with {settings.threads} "

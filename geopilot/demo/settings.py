@@ -7,14 +7,13 @@ other settings never mixes with it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 
 from pydantic import Field
 
 from geopilot.config import StrictConfig
+from geopilot.fileio import fingerprint
 from geopilot.model import TinyModelConfig
 
 PHASES = ("data", "stage1", "stage2", "evaluate", "chats", "report")
@@ -91,7 +90,7 @@ class DemoSettings(StrictConfig):
         )
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        return fingerprint(self.model_dump(mode="json"))
 
     def needed_bytes(self) -> int:
         """A generous upper bound of what the run writes (scenes in ten formats, traces, checkpoints, plots)."""

@@ -16,74 +16,53 @@ import os
 import sys
 from pathlib import Path
 
-from geopilot.argtypes import add_tools_config_argument, finite_float, port
+from geopilot.argtypes import add_tools_config_argument, port
+from geopilot.config import Flag, add_config_flags, config_from_flags
 from geopilot.errors import GeoPilotInputError
 from geopilot.network import API_KEY_ENV, is_loopback, server_api_key
+from geopilot.serving.config import MIB, ServeConfig
 
-MIB = 2**20
+# `geopilot serve` flags that set a ServeConfig field: name, type, default and help come from the field.
+SERVE_FLAGS = {
+    "host": Flag("--host"),
+    "max_batch": Flag("--max-batch"),
+    "batch_wait_ms": Flag("--batch-wait-ms"),
+    "max_concurrency": Flag("--max-concurrency"),
+    "request_timeout_s": Flag("--request-timeout"),
+    "tool_timeout_s": Flag("--tool-timeout"),
+    "max_body_bytes": Flag("--max-body-mb", unit=MIB),
+    "max_image_pixels": Flag("--max-image-pixels"),
+    "allowed_url_hosts": Flag("--allow-url-host", metavar="HOST"),
+    "url_timeout_s": Flag("--url-timeout"),
+    "max_text_chars": Flag("--max-text-chars"),
+    "max_rounds": Flag("--max-rounds"),
+    "max_new_tokens": Flag("--max-new-tokens"),
+    "allow_unknown_tools": Flag("--allow-unknown-tools"),
+    "prefix_cache_entries": Flag("--prefix-cache"),
+    "prefix_cache_ttl_s": Flag("--prefix-cache-ttl"),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (llava-hf layout, e.g. a training export)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=port, default=8000, help="port to bind")
     parser.add_argument(
         "--api-key", default=None, help="required on every route but /health (default: env GEOPILOT_API_KEY)"
     )
     add_tools_config_argument(parser, old_names=("--tools",))
-    parser.add_argument("--max-batch", type=int, default=8, help="requests per batched chat (1: no batching)")
-    parser.add_argument(
-        "--batch-wait-ms",
-        type=finite_float(0.0, low_open=False),
-        default=10.0,
-        help="how long a request waits for a batch",
-    )
     parser.add_argument("--controller", default=None, help="run as a FastChat worker registered with this controller")
     parser.add_argument("--engine-url", default=None, help="OpenAI-compatible server for the LLM turns (e.g. vLLM /v1)")
-    parser.add_argument("--max-concurrency", type=int, default=64, help="requests admitted at once; more get 503")
-    parser.add_argument(
-        "--request-timeout", type=finite_float(0.0), default=300.0, help="seconds per request (then 504)"
-    )
-    parser.add_argument("--tool-timeout", type=finite_float(0.0), default=60.0, help="seconds per tool call")
-    parser.add_argument(
-        "--max-body-mb", type=finite_float(0.0, 4096.0), default=20.0, help="request body limit (then 413)"
-    )
-    parser.add_argument("--max-image-pixels", type=int, default=40_000_000, help="image size limit (then 413)")
-    parser.add_argument(
-        "--allow-url-host",
-        action="append",
-        default=[],
-        metavar="HOST",
-        help="fetch http(s) image URLs from this host / IP / CIDR (repeatable; default: none)",
-    )
-    parser.add_argument("--url-timeout", type=float, default=10.0, help="seconds for a whole image URL fetch")
-    parser.add_argument(
-        "--max-text-chars", type=int, default=100_000, help="characters of text per request (then 400, untokenised)"
-    )
-    parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds per request")
-    parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
-    parser.add_argument(
-        "--allow-unknown-tools",
-        action="store_true",
-        help="accept client tools the model was not trained on (their schemas go into the system prompt)",
-    )
-    parser.add_argument(
-        "--prefix-cache", type=int, default=8, help="think turns kept for client-run tools' answers (0: none)"
-    )
-    parser.add_argument(
-        "--prefix-cache-ttl", type=finite_float(0.0), default=120.0, help="seconds a kept think turn waits"
-    )
+    add_config_flags(parser, ServeConfig, SERVE_FLAGS)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     parser.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="model dtype (default: as saved)"
     )
 
 
-def build_config(args: argparse.Namespace):
+def build_config(args: argparse.Namespace) -> ServeConfig:
     from pydantic import ValidationError
 
     from geopilot.errors import describe_validation_error
-    from geopilot.serving.config import ServeConfig
 
     if args.controller is None:
         key = server_api_key("serve", args.host, args.api_key)
@@ -91,24 +70,7 @@ def build_config(args: argparse.Namespace):
         key = args.api_key or os.environ.get(API_KEY_ENV) or None
     try:
         return ServeConfig(
-            model_name=Path(args.model).name or str(args.model),
-            api_key=key,
-            host=args.host,
-            max_batch=args.max_batch,
-            batch_wait_ms=args.batch_wait_ms,
-            max_concurrency=args.max_concurrency,
-            request_timeout_s=args.request_timeout,
-            tool_timeout_s=args.tool_timeout,
-            max_body_bytes=int(args.max_body_mb * MIB),
-            max_image_pixels=args.max_image_pixels,
-            allowed_url_hosts=args.allow_url_host,
-            url_timeout_s=args.url_timeout,
-            max_text_chars=args.max_text_chars,
-            max_rounds=args.max_rounds,
-            max_new_tokens=args.max_new_tokens,
-            allow_unknown_tools=args.allow_unknown_tools,
-            prefix_cache_entries=args.prefix_cache,
-            prefix_cache_ttl_s=args.prefix_cache_ttl,
+            model_name=Path(args.model).name or str(args.model), api_key=key, **config_from_flags(args, SERVE_FLAGS)
         )
     except ValidationError as err:
         raise GeoPilotInputError(describe_validation_error(err, source="serve")) from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError, ImageInputError, SampleError
+from geopilot.fileio import fingerprint
 from geopilot.image import load_image
 from geopilot.render import render_sample
 from geopilot.sample import LoadReport, load_samples
@@ -132,7 +133,7 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int, cfg: Data
         cfg.on_bad_line,
         str(path.parent.resolve()),
     ]
-    key = hashlib.sha256("|".join(key_parts).encode()).hexdigest()[:24]
+    key = fingerprint(key_parts)
     entry = cache_root / f"{path.stem}-{key}"
     if (entry / "load_report.json").is_file():
         return datasets.load_from_disk(str(entry / "dataset")), json.loads((entry / "load_report.json").read_text())

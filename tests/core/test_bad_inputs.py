@@ -1,4 +1,4 @@
-"""Items 2, 6 and 8: bad input ends in one clear line (GeoPilotInputError in the API, exit 2 on the CLI)."""
+"""Bad input ends in one clear line (GeoPilotInputError in the API, exit 2 on the CLI)."""
 
 from __future__ import annotations
 
@@ -70,13 +70,11 @@ def test_eps_and_other_decoders_are_unreachable(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def pilot():
+def pilot(tiny):
     from geopilot.agent import GeoPilot
-    from geopilot.model import ModelConfig, build_model
     from geopilot.tool_protocol import ToolRegistry
 
-    model, processor = build_model(ModelConfig())
-    return GeoPilot(model.eval(), processor, ToolRegistry([]))
+    return GeoPilot(*tiny, ToolRegistry([]))
 
 
 @pytest.mark.parametrize("image", [np.zeros((0, 0, 3), np.uint8), np.zeros((0,)), object(), Image.new("RGB", (0, 0))])

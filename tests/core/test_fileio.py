@@ -34,3 +34,15 @@ def test_strict_reading_names_the_file_and_line(tmp_path):
 def test_the_fingerprint_ignores_key_order_and_has_one_length():
     assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
     assert fingerprint({"a": 1}) != fingerprint({"a": 2}) and len(fingerprint({})) == 16
+
+
+def test_a_failed_atomic_write_keeps_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    from geopilot import fileio
+
+    target = tmp_path / "state.json"
+    fileio.atomic_write(target, "old")
+    monkeypatch.setattr(fileio.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        fileio.atomic_write(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left behind

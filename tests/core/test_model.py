@@ -11,7 +11,7 @@ from PIL import Image
 from geopilot.batch import collate, pixel_values
 from geopilot.cli import main
 from geopilot.image import load_image
-from geopilot.model import ModelConfig, build_model, load_model, num_image_tokens, save_model, vit_l14_336_config
+from geopilot.model import load_model, num_image_tokens, save_model, vit_l14_336_config
 from geopilot.render import render_turns
 
 
@@ -138,8 +138,8 @@ def test_from_a_llava_hf_directory(tiny_model_dir, tmp_path):
         torch.testing.assert_close(a, b, msg=name)
 
 
-def test_save_is_atomic_and_replaces(tmp_path):
-    model, processor = build_model(ModelConfig())
+def test_save_is_atomic_and_replaces(tmp_path, tiny):
+    model, processor = tiny
     out = save_model(model, processor, tmp_path / "m")
     assert (out / "model.safetensors").is_file() and not [p for p in tmp_path.iterdir() if p.name.startswith(".m.")]
     save_model(model, processor, out)  # overwriting an existing export works

@@ -1,4 +1,5 @@
-"""One distribution, four import paths: the wheel maps tools/, data_gen/, eval/ under geopilot.*"""
+"""One distribution, four import paths: the wheel maps tools/, data_gen/, eval/ under geopilot.* (slow: it builds a
+wheel and a venv)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 IMPORT_PATHS = ["geopilot", "geopilot.tools", "geopilot.data_gen", "geopilot.eval"]
 
 
+@pytest.mark.slow
 def test_wheel_has_all_four_import_paths_and_imports_in_a_fresh_venv(tmp_path):
     subprocess.run(
         [

@@ -1,4 +1,4 @@
-"""Item 5: a timeout ends the work. After a timed-out call no CPU is still spent and no artefact is written."""
+"""A timeout ends the work. After a timed-out call no CPU is still spent and no artefact is written."""
 
 from __future__ import annotations
 

@@ -95,5 +95,26 @@ def test_rerun_of_a_finished_run_changes_nothing_and_a_changed_config_is_refused
         config.model_copy(update={"backend": config.backend.model_copy(update={"concurrency": 3})}), tmp_path / "out"
     )
     assert again.new == 0 and again.resumed == first.report["jobs"] and all_shards(tmp_path / "out") == before
-    with pytest.raises(ConfigError, match="different config"):
+    with pytest.raises(ConfigError, match=r"other settings \(config.seed: 0 -> 5\)"):
         generate_dataset(config.model_copy(update={"seed": 5}), tmp_path / "out")
+
+
+def test_a_released_run_json_is_resumed_or_refused_naming_what_differs(tmp_path):
+    """run.json as released before run folders had one format: {config_hash, shard, config}, no code version."""
+    write_synthetic(tmp_path / "synth", seed=1, optical=2, sar=2)
+    config = GenerateConfig(sources=sources(tmp_path / "synth"))
+    first = generate_dataset(config, tmp_path / "out")
+    released = {"config_hash": "0123456789abcdef", "shard": None, "config": config.model_dump(mode="json")}
+    (tmp_path / "out" / "run.json").write_text(json.dumps(released))
+    with pytest.raises(ConfigError, match=r"other settings \(config.seed: 0 -> 5\)"):
+        generate_dataset(config.model_copy(update={"seed": 5}), tmp_path / "out")
+    again = generate_dataset(config, tmp_path / "out")
+    assert again.new == 0 and again.resumed == first.report["jobs"]
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert record["fingerprint"] and record["settings"]["config"]["seed"] == 0  # rewritten in the one format
+    (tmp_path / "out" / "run.json").write_text(json.dumps({**released, "config": {"sources": "nope"}}))
+    with pytest.raises(ConfigError, match="older release without a readable config"):
+        generate_dataset(config, tmp_path / "out")
+    (tmp_path / "out" / "run.json").unlink()
+    with pytest.raises(ConfigError, match="not empty and holds no generate run"):
+        generate_dataset(config, tmp_path / "out")

@@ -120,12 +120,13 @@ def test_shards_of_different_seeds_missing_or_unfinished_are_refused_with_what_d
     with pytest.raises(MergeError, match="not finished: 3 jobs pending"):
         merge_shards([tmp_path / "a0", tmp_path / "c1"], tmp_path / "m4")
     run = json.loads((tmp_path / "c1/run.json").read_text())
-    (tmp_path / "c1/run.json").write_text(json.dumps({**run, "code_version": "0.0.9+abcdef"}))
+    run["settings"]["code_version"] = "0.0.9+abcdef"
+    (tmp_path / "c1/run.json").write_text(json.dumps(run))
     with pytest.raises(MergeError, match=r"different code versions \(.* vs 0.0.9\+abcdef\)"):
         merge_shards([tmp_path / "a0", tmp_path / "c1"], tmp_path / "m5")
-    with pytest.raises(ConfigError, match="code version 0.0.9"):  # nor is that shard resumed by other code
+    with pytest.raises(ConfigError, match="code_version: 0.0.9"):  # nor is that shard resumed by other code
         generate_dataset(base, tmp_path / "c1", shard=Shard(1, 2))
-    with pytest.raises(ConfigError, match="shard 0/2, not 1/2"):
+    with pytest.raises(ConfigError, match="shard: 0/2 -> 1/2"):
         generate_dataset(base, tmp_path / "a0", shard=Shard(1, 2))
 
 

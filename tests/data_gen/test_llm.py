@@ -17,7 +17,14 @@ from helpers.traces import all_records, fake_readers
 
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.generate import GenerateConfig, generate_dataset
-from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable, LLMRequest, OpenAIClient, load_prompts
+from geopilot.data_gen.llm import (
+    EndpointRejected,
+    EndpointUnavailable,
+    LLMClientConfig,
+    LLMRequest,
+    OpenAIClient,
+    load_prompts,
+)
 from geopilot.data_gen.loopback_server import Faults, LoopbackLLM
 from geopilot.sample import load_samples
 
@@ -101,7 +108,9 @@ def _request() -> LLMRequest:
 
 def test_retry_after_is_respected(tmp_path):
     async def call(url: str):
-        backend = OpenAIClient(url, "m", backoff_base_s=0.001, backoff_max_s=1.0)
+        backend = OpenAIClient(
+            LLMClientConfig(kind="openai", url=url, model="m", backoff_base_s=0.001, backoff_max_s=1.0)
+        )
         try:
             start = time.perf_counter()
             text, info = await backend.complete(_request())
@@ -117,7 +126,9 @@ def test_retry_after_is_respected(tmp_path):
 
 def test_unreachable_endpoint_fails_after_retries_with_a_clear_message():
     async def call():
-        backend = OpenAIClient(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=2, backoff_base_s=0.01)
+        backend = OpenAIClient(
+            LLMClientConfig(kind="openai", url=f"http://127.0.0.1:{free_port()}/v1", max_retries=2, backoff_base_s=0.01)
+        )
         try:
             await backend.complete(_request())
         finally:
@@ -145,7 +156,9 @@ def test_a_4xx_is_not_retried():
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
     async def call():
-        backend = OpenAIClient(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", max_retries=3)
+        backend = OpenAIClient(
+            LLMClientConfig(kind="openai", url=f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=3)
+        )
         try:
             await backend.complete(_request())
         finally:
@@ -242,3 +255,18 @@ def test_prompt_versions_follow_file_content(tmp_path):
     (tmp_path / "answer.txt").write_text((tmp_path / "answer.txt").read_text() + "\nBe concise.\n")
     changed = load_prompts(tmp_path)
     assert changed["answer"].version != same["answer"].version and changed["plan"].version == same["plan"].version
+
+
+def test_the_client_settings_live_once_in_llm_client_config():
+    settings = LLMClientConfig(kind="openai", url="http://127.0.0.1:9/v1", concurrency=3, temperature=0.1)
+    client = OpenAIClient(settings)
+    assert (client.concurrency, client.max_retries, client.timeout_s) == (3, 5, 60.0)
+    assert client.params == {"temperature": 0.1, "max_tokens": 1024, "json_mode": True}
+    base = GenerateConfig(sources=[{"reader": "dota", "root": "x"}])
+    run_only = {"url": "http://h/v1", "concurrency": 64, "max_retries": 0, "timeout_s": 5.0, "cache": False}
+    run_only |= {"backoff_base_s": 2.0, "backoff_max_s": 3.0, "api_key_env": "KEY"}
+    assert set(run_only) == set(LLMClientConfig.run_only_keys())
+    faster = base.model_copy(update={"backend": base.backend.model_copy(update=run_only)})
+    assert faster.content_hash() == base.content_hash()  # where and how fast: not what a sample holds
+    other = base.model_copy(update={"backend": base.backend.model_copy(update={"temperature": 0.2})})
+    assert other.content_hash() != base.content_hash()

@@ -3,6 +3,7 @@ metric (fast), and the whole `--quick` recipe end to end, twice with one seed, w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from geopilot.cli import main
 from geopilot.demo import pipeline
-from geopilot.demo.run import check_disk, check_out_dir, read_results, run_demo
+from geopilot.demo.run import check_disk, check_out_dir, read_results, run_demo, run_dir
 from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.cases import Case
@@ -184,3 +185,16 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
     monkeypatch.undo()
     run_demo(second, settings)
     assert read_results(Layout(second))["evaluate"] == metrics  # same seed, same metrics
+
+
+def test_a_demo_json_with_the_released_fingerprint_is_resumed_and_rewritten(tmp_path):
+    layout, settings = Layout(tmp_path), DemoSettings.preset(quick=True)
+    dumped = settings.model_dump(mode="json")
+    released = hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]  # the formula before
+    layout.settings.write_text(json.dumps({"fingerprint": released, "settings": dumped}), encoding="utf-8")
+    assert released != settings.fingerprint()
+    assert check_out_dir(layout, settings) is False  # understood: resumed, not refused
+    run_dir(layout, settings).claim()
+    assert json.loads(layout.settings.read_text())["fingerprint"] == settings.fingerprint()
+    with pytest.raises(GeoPilotInputError, match=r"other settings \(seed: 0 -> 3\)"):
+        check_out_dir(layout, DemoSettings.preset(quick=True, seed=3))

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers.scripted import Scripts
 
 from geopilot.cli import main
 from geopilot.eval.cases import load_cases
@@ -343,7 +344,7 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
     with ScriptedAgent(script) as server:
         assert main(openai_args(server.url, cases_file, tmp_path / "run", "1")) == 0
         assert main(openai_args(server.url, cases_file, tmp_path / "run", "1", "--temperature", "0.7")) == 2
-    assert "another configuration" in capsys.readouterr().err
+    assert "other settings (temperature: 0.0 -> 0.7)" in capsys.readouterr().err
 
 
 def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsys):
@@ -413,25 +414,7 @@ def test_full_planning_set_scripted_and_tiny_model(tmp_path, tiny_model_dir):
     assert len(read_results(tmp_path / "tiny")) == 500
 
 
-class _ScriptedSession:
-    """Stands in for the KV session: every row replies with the next text of `texts`."""
-
-    encode_seconds = 0.0
-
-    def __init__(self, tokenizer, texts: list[str]):
-        self.tokenizer, self.texts = tokenizer, list(texts)
-
-    def generate(self, rows, tails=None, stream=None):
-        from geopilot.generation import Turn
-
-        turns = []
-        for _ in rows:
-            text = self.texts.pop(0)
-            turns.append(Turn(self.tokenizer(text, add_special_tokens=False)["input_ids"], text, True, 1, 0.001))
-        return turns
-
-
-def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir):
+def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir, tiny_tokenizer):
     from geopilot.agent import GeoPilot
     from geopilot.eval.agents import GeoPilotAgent
     from geopilot.eval.scorer import score
@@ -452,9 +435,7 @@ def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir):
         tiny_model_dir,
         tools=registry,
         device="cpu",
-        session_factory=lambda prompts, pixels, options: _ScriptedSession(
-            pilot.tokenizer, ["not a plan", plan, answer]
-        ),
+        session_factory=Scripts(tiny_tokenizer, ["not a plan", plan, answer]),
     )
     agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 8}, pilot=pilot)
     run = agent.run(case, planning.image_path(case), seed=42)

@@ -1,29 +1,23 @@
-"""Serving fixtures: the tiny model and a scripted pilot (tests/serving/helpers.py has the pieces)."""
+"""Serving fixtures: servers around a scripted pilot on the session's tiny model (helpers/scripted.py, helpers/serving.py
+have the pieces)."""
 
 from __future__ import annotations
 
 import pytest
-from helpers.serving import KEY, MODEL, Detector, HangingTool, ScriptSession, SlowTool, serving
+from helpers.scripted import Detector, HangingTool, KeywordSession, SlowTool
+from helpers.serving import KEY, MODEL, serving
 
 from geopilot.tool_protocol import ToolRegistry
 
 
-@pytest.fixture(scope="session")
-def tiny():
-    from geopilot.model import ModelConfig, build_model
-
-    model, processor = build_model(ModelConfig())
-    return model.eval(), processor
-
-
 @pytest.fixture
 def scripted_pilot(tiny):
-    """make(delay_s=0.0, tool_timeout_s=5) -> a GeoPilot whose turns follow ScriptSession."""
+    """make(delay_s=0.0, tool_timeout_s=5) -> a GeoPilot whose turns follow KeywordSession."""
     from geopilot.agent import GeoPilot
 
     def make(delay_s: float = 0.0, tool_timeout_s: float = 5.0):
-        registry = ToolRegistry([Detector(), HangingTool(), SlowTool()], timeout_s=tool_timeout_s)
-        factory = lambda prompts, pixels, options: ScriptSession(tiny[1].tokenizer, prompts, delay_s)  # noqa: E731
+        registry = ToolRegistry([Detector(boxes=2), HangingTool(), SlowTool(0.6)], timeout_s=tool_timeout_s)
+        factory = lambda prompts, pixels, options: KeywordSession(tiny[1].tokenizer, prompts, delay_s)  # noqa: E731
         return GeoPilot(tiny[0], tiny[1], registry, session_factory=factory, tool_timeout_s=tool_timeout_s)
 
     return make
@@ -66,10 +60,10 @@ def recording(tiny):
 
     def factory(batch, pixels, options):
         seen.extend((prompt, options) for prompt in batch)
-        return ScriptSession(tiny[1].tokenizer, batch, 0.0)
+        return KeywordSession(tiny[1].tokenizer, batch, 0.0)
 
     def make(**config):
-        pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([Detector()]), session_factory=factory)
+        pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([Detector(boxes=2)]), session_factory=factory)
         context = serving(create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, **config)))
         url = context.__enter__()
         stack.append(context)

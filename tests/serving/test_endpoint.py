@@ -21,7 +21,8 @@ import pytest
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
-from helpers.serving import Detector, serving
+from helpers.scripted import Detector
+from helpers.serving import serving
 from PIL import Image
 from transformers import LogitsProcessor, LogitsProcessorList
 

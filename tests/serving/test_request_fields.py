@@ -6,7 +6,8 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import pytest
-from helpers.serving import KEY, MODEL, Detector, data_url, image_message, png_bytes, serving
+from helpers.scripted import Detector
+from helpers.serving import KEY, MODEL, data_url, image_message, png_bytes, serving
 from openai import BadRequestError, OpenAI
 
 from geopilot.model import num_image_tokens

@@ -1,53 +1,18 @@
-"""Items 5 and 7: the chat loop stays within the model's context and its deadline, caps tool calls per plan, and
-sets `ChatResult.error` when every tool call of the answer failed."""
+"""geopilot/agent/loop.py's limits: the chat loop stays within the model's context and its deadline, caps tool calls
+per plan, and sets `ChatResult.error` when every tool call of the answer failed."""
 
 from __future__ import annotations
 
 import time
 
 import numpy as np
-import pytest
+from helpers.scripted import BrokenTool, NoParams, Scripts, SlowTool, answer, plan
 
 from geopilot.agent import MIN_TURN_TOKENS, GeoPilot
-from geopilot.cancellation import check_cancelled
-from geopilot.generation import Turn
-from geopilot.sample import Action, AssistantMessage
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
-from geopilot.tools.tasks import NoParams
-from geopilot.wire import assistant_json
 
 IMAGE = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
-
-
-def plan(*tools: str) -> str:
-    return assistant_json(AssistantMessage(reasoning="r", actions=[Action(tool=t, params={}) for t in tools]))
-
-
-def answer(value: str) -> str:
-    return assistant_json(AssistantMessage(reasoning="r", value=value))
-
-
-class Scripted:
-    """A session factory whose single row replies with the given texts; records each call's max_new_tokens."""
-
-    def __init__(self, tokenizer, *texts: str):
-        self.tokenizer, self.texts, self.limits = tokenizer, list(texts), []
-
-    def __call__(self, prompts, pixels, options):
-        self.prompt = prompts[0]
-        return self
-
-    encode_seconds = 0.0
-
-    def generate(self, rows, tails=None, stream=None, max_new_tokens=None):
-        self.limits.append(max_new_tokens)
-        text = self.texts.pop(0)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if max_new_tokens is not None:
-            ids = ids[:max_new_tokens]
-        new = len(tails[0]) if tails is not None else len(self.prompt)
-        return [Turn(ids, text, True, new, 0.001)]
 
 
 class Ok:
@@ -57,35 +22,10 @@ class Ok:
         return ToolOutput(message="fine")
 
 
-class Broken(Ok):
-    name = "broken"
-
-    def run(self, image, params):
-        raise RuntimeError("backend exploded")
-
-
-class Slow(Ok):
-    name = "slow"
-
-    def run(self, image, params):
-        for _ in range(500):  # 5 s, with a cancellation point every 10 ms
-            check_cancelled()
-            time.sleep(0.01)
-        return ToolOutput(message="late")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from geopilot.model import ModelConfig, build_model
-
-    model, processor = build_model(ModelConfig())
-    return model.eval(), processor
-
-
-def make(tiny, *texts, **kwargs) -> tuple[GeoPilot, Scripted]:
+def make(tiny, *texts, **kwargs) -> tuple[GeoPilot, Scripts]:
     model, processor = tiny
-    scripted = Scripted(processor.tokenizer, *texts)
-    tools = ToolRegistry([Ok(), Broken(), Slow()], timeout_s=30)
+    scripted = Scripts(processor.tokenizer, list(texts))  # one row replying with `texts`
+    tools = ToolRegistry([Ok(), BrokenTool("broken", None), SlowTool(5.0, "slow", None)], timeout_s=30)
     return GeoPilot(model, processor, tools, session_factory=scripted, **kwargs), scripted
 
 

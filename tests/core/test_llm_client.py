@@ -1,4 +1,4 @@
-"""Issue 25 item 3: one client library for OpenAI-compatible calls. `geopilot/llm_client.py` builds every `openai`
+"""One client library for OpenAI-compatible calls. `geopilot/llm_client.py` builds every `openai`
 SDK client; the only other HTTP clients in the package are named here with the reason they are not it."""
 
 from __future__ import annotations
