@@ -84,7 +84,7 @@ def test_a_finished_run_rerun_with_changed_settings_is_refused(dataset, stage1_r
     assert train.main(stage1_args(dataset, stage1_run, "optim.max_steps=2", "optim.lr=0.1")) == 2
     assert "optim.lr: 0.001 -> 0.1" in capsys.readouterr().err
     assert train.main(stage1_args(dataset, stage1_run, "optim.max_steps=2", "freeze.vision_tower=false")) == 2
-    assert "freeze.vision_tower: True -> False" in capsys.readouterr().err
+    assert "freeze.vision_tower: true -> false" in capsys.readouterr().err
 
     # the same command again: already finished, nothing rewritten; settings that change no result are accepted
     assert train.main(stage1_args(dataset, stage1_run, "optim.max_steps=2", "logging.logging_steps=5")) == 0
