@@ -98,3 +98,26 @@ def test_the_console_summary_says_the_preset_first():
     assert first.startswith("Preset: quick") and "learns nothing" in first
     assert numbers.startswith("planning on 27 held-out cases: TSA 0.0%")
     assert "TSA = tool selection accuracy" in legend and "OPA = overall planning accuracy" in legend
+
+
+@pytest.mark.parametrize("spread", [10.0, 1.02])  # a loss that falls tenfold (log axis), a quick run's flat one
+def test_the_loss_plot_has_plain_number_ticks_and_named_axes(tmp_path, monkeypatch, spread):
+    """Before: log-axis ticks read 6×10⁰ and 6.38×10⁰, and a stage of one step drew nothing."""
+    from geopilot.demo import report
+
+    axes, original = [], report._figure
+
+    def figure_kept(*args, **kwargs):
+        plt, fig, ax = original(*args, **kwargs)
+        axes.append(ax)
+        return plt, fig, ax
+
+    monkeypatch.setattr(report, "_figure", figure_kept)
+    results = _results()
+    results["stage1"]["losses"] = [[1, 6.0], [2, 6.0 / spread]]
+    report.plot_losses(results, tmp_path / "loss.png")
+    (ax,) = axes
+    labels = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True) if t.get_text()]
+    assert labels and all(re.fullmatch(r"\d+(\.\d+)?", text) for text in labels), labels
+    assert "loss" in ax.get_ylabel() and "step" in ax.get_xlabel()
+    assert all(float(t.get_text()).is_integer() for t in ax.get_xticklabels() if t.get_text())
