@@ -4,12 +4,16 @@ loading all ask `required_files`, so "ready" means the files a load reads are th
 A backend's folder is `$GEOPILOT_WEIGHTS_DIR/<backend>/` unless the tools config gives `weights:` (a folder, or the
 checkpoint file itself: then its folder holds the rest). Each need is one file, or one of a few names / a glob
 ("exactly one *.pth or *.safetensors"). `KNOWN_FILES` lists the published files with their SHA-256 where known
-(docs/weights.md has the table with sources and licences).
+(docs/weights.md has the table with sources and licences). Every check names the file: a missing one names what
+the folder holds instead (a renamed file shows up there), an empty or truncated one is refused from its own framing
+(safetensors header, zip end record) before anything loads it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +22,8 @@ LAE_DINO_CHECKPOINT = "lae_dino_swint_lae1m-28ca3a15.pth"
 SEGEARTH_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 REMOTESAM_CHECKPOINT = "checkpoint.pth"
 SPA_GAN_CHECKPOINT = "gen_model_epoch_200.pth"  # upstream's file in pretrained_models/RICE1|RICE2/
+SAFETENSORS_MAX_HEADER = 100_000_000  # the format's own limit
+HOLDS_SHOWN = 6  # names a "missing" message lists of what the folder holds instead
 
 
 @dataclass(frozen=True)
@@ -97,13 +103,54 @@ def check_files(backend: str, options, folder: Path, given_file: Path | None = N
         else:
             found = sorted({p for name in need.names for p in folder.glob(name) if p.is_file()})
         if not found:
-            problem = f"missing: put {' or '.join(need.names)} in {folder}"
+            problem = f"missing: put {' or '.join(need.names)} in {folder} ({_holds(folder)})"
         elif need.exactly_one and len(found) > 1:
             problem = f"ambiguous: {len(found)} files match in {folder} ({', '.join(p.name for p in found)}); keep one"
         else:
-            problem = _hash_problem(backend, folder, found[0]) if hashes else None
+            problem = _framing_problem(found[0]) or (_hash_problem(backend, folder, found[0]) if hashes else None)
         checks.append(FileCheck(need, found, problem))
     return checks
+
+
+def _holds(folder: Path) -> str:
+    """What the folder holds, for a "missing" message: a renamed or misplaced file is named there."""
+    if not folder.is_dir():
+        return "the folder does not exist"
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    if not files:
+        return "the folder is empty"
+    more = f", and {len(files) - HOLDS_SHOWN} more" if len(files) > HOLDS_SHOWN else ""
+    return "it holds " + ", ".join(files[:HOLDS_SHOWN]) + more
+
+
+def _framing_problem(path: Path) -> str | None:
+    """An empty or cut-short checkpoint, told from its own framing without loading it: a safetensors file shorter
+    than its header says, a zip checkpoint (torch.save's format: .pth, .ckpt, .bin) without its end record. A legacy
+    pickle has no framing: only its hash (KNOWN_FILES) or the strict load tells."""
+    size = path.stat().st_size
+    if size == 0:
+        return f"empty: {path} is 0 bytes"
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        if path.suffix == ".safetensors":
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 0 < length <= SAFETENSORS_MAX_HEADER:
+                return f"not a safetensors file: {path} has no valid header length"
+            if 8 + length > size:
+                return f"truncated: {path} is {size:,} bytes, shorter than its own header"
+            try:
+                header = json.loads(handle.read(length))
+            except (UnicodeDecodeError, ValueError):
+                header = None
+            if not isinstance(header, dict):
+                return f"not a safetensors file: {path} has no readable header"
+            ends = [v["data_offsets"][1] for v in header.values() if isinstance(v, dict) and "data_offsets" in v]
+            expected = 8 + length + max(ends, default=0)
+            if size < expected:
+                return f"truncated: {path} is {size:,} bytes, its header says {expected:,}"
+        elif head[:4] == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+            return f"truncated: {path} is a zip checkpoint ({size:,} bytes) without its end record"
+    return None
 
 
 def _hash_problem(backend: str, folder: Path, path: Path) -> str | None:

@@ -81,23 +81,29 @@ def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict
 # ---- training -----------------------------------------------------------------------------------------------------
 
 
+def _absolute(path: Path) -> str:
+    return os.path.abspath(path)  # not resolve(): a symlinked out folder keeps the name it was given
+
+
 def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
-    """The train.py config of one stage (written to DIR/configs/stage<n>.yaml, so it can be rerun by hand)."""
+    """The train.py config of one stage (written to DIR/configs/stage<n>.yaml, so it can be rerun by hand). Its paths
+    are absolute: they are part of a training run's identity, so a demo resumed from another working directory (--out
+    typed another way) resumes its training instead of being refused as another run."""
     model = (
-        {"init": "tiny", "tokenizer_path": str(layout.tokenizer), "tiny": settings.model.model_dump()}
+        {"init": "tiny", "tokenizer_path": _absolute(layout.tokenizer), "tiny": settings.model.model_dump()}
         if stage == 1
-        else {"init": "llava_hf", "llava_path": str(layout.stage1 / "export")}
+        else {"init": "llava_hf", "llava_path": _absolute(layout.stage1 / "export")}
     )
     return {
         "stage": stage,
-        "output_dir": str(layout.stage1 if stage == 1 else layout.stage2),
+        "output_dir": _absolute(layout.stage1 if stage == 1 else layout.stage2),
         "model": model,
         "data": {
-            "files": [str(layout.train_file)],
+            "files": [_absolute(layout.train_file)],
             "alpha": settings.alpha,
             "mixture_seed": settings.seed,
             "max_length": settings.max_length,
-            "cache_dir": str(layout.out / ".cache" / "tokenised"),
+            "cache_dir": _absolute(layout.out / ".cache" / "tokenised"),
             # every image stays decoded: each source ships its own copy of a scene (659 files for 140 scenes)
             "image_cache": 8 * (settings.optical + settings.sar),
         },
@@ -208,25 +214,36 @@ def publish_model(layout: Layout) -> None:
 # ---- evaluation ---------------------------------------------------------------------------------------------------
 
 
-def _shares(sizes: dict, n: int) -> dict:
-    """Split n over groups in proportion to their sizes (largest remainder), at least one each."""
+def _shares(sizes: dict, n: int, floors: dict | None = None) -> dict:
+    """Split n over groups in proportion to their sizes (largest remainder), each at least its floor (default 1).
+    When the floors push the sum over n, the group furthest above its exact share gives one back, until it is n."""
     total = sum(sizes.values())
     exact = {key: size * n / total for key, size in sizes.items()}
     counts = {key: max(1, int(value)) for key, value in exact.items()}
     for key in sorted(exact, key=lambda k: exact[k] - int(exact[k]), reverse=True)[: max(0, n - sum(counts.values()))]:
         counts[key] += 1
+    floors = floors or dict.fromkeys(sizes, 1)
+    counts = {key: max(floors[key], count) for key, count in counts.items()}
+    while sum(counts.values()) > n and (above := [key for key in counts if counts[key] > floors[key]]):
+        counts[max(above, key=lambda k: counts[k] - exact[k])] -= 1
     return counts
 
 
 def held_out_subset(cases: list[dict], n: int) -> list[dict]:
-    """n of the planning cases, stratified: each category, and each difficulty within it, keeps its share; within
-    a group the picks are spread evenly over its list (SAR cases first, then optical), so modality keeps its share."""
+    """Exactly n of the planning cases (n >= the number of (category, difficulty) groups), stratified: each category,
+    and each difficulty within it, keeps its share and at least one case; within a group the picks are spread evenly
+    over its list (SAR cases first, then optical), so modality keeps its share."""
     if n >= len(cases):
         return cases
     groups: dict[tuple, list[dict]] = {}
     for case in cases:
         groups.setdefault((case["category"], case["difficulty"]), []).append(case)
-    per_category = _shares({c: sum(len(g) for (cat, _), g in groups.items() if cat == c) for c, _ in groups}, n)
+    categories = list(dict.fromkeys(category for category, _ in groups))
+    per_category = _shares(
+        {c: sum(len(g) for (cat, _), g in groups.items() if cat == c) for c in categories},
+        n,
+        floors={c: sum(cat == c for cat, _ in groups) for c in categories},  # one case per difficulty
+    )
     chosen = []
     for category, k in per_category.items():
         mine = {key: group for key, group in groups.items() if key[0] == category}
@@ -320,6 +337,13 @@ def chat_examples(layout: Layout) -> list[dict]:
     return examples
 
 
+def _inside(path: Path, folder: Path) -> str | None:
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(folder)))
+    except ValueError:
+        return None
+
+
 def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
     import torch
 
@@ -347,6 +371,7 @@ def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dic
             {
                 "modality": example["modality"],
                 "image": str(image_path),
+                "image_in_out": _inside(image_path, layout.out),  # the report words it with --out as typed
                 "query": example["query"],
                 "plan": result.turns[0].text if result.turns else "",
                 "answer": result.answer,

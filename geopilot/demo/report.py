@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from geopilot.demo.settings import DemoSettings, Layout
 from geopilot.fileio import atomic_write
 
 BLUE, RUST, GREY = "#3b6ea8", "#b5542f", "#8a8a8a"
+METRICS = {  # docs/eval_planning.md, "Metrics"
+    "TSA": "tool selection accuracy: the right tools were called, in order, and no others (none for a no-tool case)",
+    "PA": "parameter accuracy, over the tool cases with the right tools: every call's parameters pass their checks",
+    "NTA": "no-tool accuracy, over the cases that need no tool: none was called",
+    "OPA": "overall planning accuracy: TSA and PA right on a tool case, NTA right on a no-tool case",
+}
+
+
+def preset_line(settings: DemoSettings) -> str:
+    """Which preset ran and what its numbers mean: the first words of the report and of the console summary."""
+    name = settings.preset_name()
+    if name == "quick":
+        return (
+            f"Preset: quick (--quick). It checks that every phase runs end to end and learns nothing "
+            f"({settings.optical} optical + {settings.sar} SAR scenes, {settings.stage1_epochs} epoch"
+            f"{'s' if settings.stage1_epochs > 1 else ''} per stage, a "
+            f"{settings.model.text_layers}-layer model): scores near 0 % and empty or garbled chats are what it "
+            "should show. Run without --quick (the default preset, about 10 min on 2 cores) for a model that plans."
+        )
+    if name == "default":
+        return (
+            "Preset: default. A small model trained from scratch on this machine; its scores say how well it plans "
+            "held-out requests, worded apart from its training requests (docs/demo.md lists measured runs)."
+        )
+    return "Preset: custom settings (neither --quick nor the default; demo.json lists them)."
+
+
+def chat_command(layout: Layout, chat: dict) -> str:
+    """The `geopilot chat` line that repeats a sample chat, in the --out path as the user typed it."""
+    inside = chat.get("image_in_out")  # None: the image lies outside the out folder (or an older run's chats)
+    image = layout.out / inside if inside else Path(chat["image"])
+    return shlex.join(["geopilot", "chat", "--model", str(layout.model), "--image", str(image), chat["query"]])
 
 
 def _figure(width: float = 5.5, height: float = 3.2):
@@ -23,8 +56,11 @@ def _figure(width: float = 5.5, height: float = 3.2):
 
 
 def plot_losses(results: dict, path: Path) -> None:
+    """Loss per optimizer step, stage 2 drawn after stage 1; plain-number ticks (log scale only for a wide range)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
     plt, fig, ax = _figure()
-    offset = 0
+    offset, values = 0, []
     for stage, colour in (("stage1", BLUE), ("stage2", RUST)):
         losses = results[stage]["losses"]
         if losses:
@@ -33,12 +69,22 @@ def plot_losses(results: dict, path: Path) -> None:
                 [v for _, v in losses],
                 color=colour,
                 lw=1.2,
-                label=f"{stage[:-1]} {stage[-1]}",
+                marker="o" if len(losses) < 20 else None,  # a stage of a few steps is still visible
+                ms=3,
+                label=f"stage {stage[-1]}",
             )
             offset += losses[-1][0]
-    ax.set_yscale("log")
-    ax.set_xlabel("optimizer step (stage 2 continues stage 1)")
-    ax.set_ylabel("training loss (assistant tokens)")
+            values += [v for _, v in losses]
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    wide = bool(values) and min(values) > 0 and max(values) / min(values) > 3
+    if wide:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(plain)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("optimizer step (stage 2 continues after stage 1)")
+    ax.set_ylabel("training loss (cross-entropy\nper assistant token" + (", log scale)" if wide else ")"))
     ax.legend(fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
@@ -71,15 +117,24 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
     plot_bars(evaluation["by_difficulty"], layout.plots / "opa_by_difficulty.png", "OPA (%)", RUST)
     data, routing = results["data"], evaluation["routing"]
     seconds = results.get("seconds", {})
+    chats = results["chats"]["chats"]
     lines = [
         "# GeoPilot demo",
+        "",
+        f"**{preset_line(settings)}**",
+        "",
+        "Planning metrics, over the held-out cases:",
+        "",
+        *(f"- **{name}** = {meaning}." for name, meaning in METRICS.items()),
         "",
         f"The whole recipe on this machine: {settings.optical} optical + {settings.sar} SAR synthetic scenes -> "
         f"{data['samples']} tool-trace samples (template backend; {data['optical']} optical, {data['sar']} SAR) -> "
         f"stage 1 ({results['stage1']['steps']} steps) -> stage 2 with alpha = {settings.alpha:g} "
         f"({results['stage2']['steps']} steps) -> planning evaluation -> two chats. Seed {settings.seed}; "
-        f"settings fingerprint `{settings.fingerprint()}` (`demo.json`). The model is `model/` "
-        "(`GeoPilot.from_pretrained('model')`, `geopilot chat --model model ...`).",
+        f"settings fingerprint `{settings.fingerprint()}` (`demo.json`). The model is `{layout.model}` "
+        f"(`GeoPilot.from_pretrained({str(layout.model)!r})`); from the folder you ran the demo in:",
+        "",
+        *(["```bash", chat_command(layout, chats[-1]), "```"] if chats else []),
         "",
         "## Planning (held-out)",
         "",
@@ -114,14 +169,15 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         "## Sample chats (annotation-backed tools: the tool outputs are the scenes' ground truth)",
         "",
     ]
-    for chat in results["chats"]["chats"]:
+    for chat in chats:
         calls = ", ".join(f"`{c['tool']}({json.dumps(c['params'])})`" for c in chat["tool_calls"]) or "none"
         lines += [
             f"**{chat['modality']}** — *{chat['query']}*",
             "",
             f"- plan: `{chat['plan']}`",
             f"- tool calls: {calls}",
-            f"- answer: {chat['answer']}",
+            f"- answer: {chat['answer'] or '(empty)'}",
+            f"- again: `{chat_command(layout, chat)}`",
             "",
             f"![{chat['modality']} chat](chats/{chat['picture']})",
             "",

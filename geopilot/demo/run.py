@@ -156,7 +156,7 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str =
         console.print(f"stopped after {until} (rerun without --until to finish)")
         return layout.report
     results = read_results(layout)
-    console.print(_summary(results))
+    console.print(_summary(results, settings), highlight=False)
     console.print(f"report: {layout.report}")
     return layout.report
 
@@ -183,9 +183,19 @@ def _run_phase(phase: str, layout: Layout, settings: DemoSettings, progress) -> 
     return {"report": str(layout.report)}
 
 
-def _summary(results: dict) -> str:
+def _summary(results: dict, settings: DemoSettings) -> str:
+    """The console's last words: the preset and what its numbers mean first, then the numbers."""
+    from geopilot.demo.report import METRICS, preset_line
+
     evaluation = results["evaluate"]
-    parts = [f"{m} {100 * evaluation[m]:.1f}%" for m in ("TSA", "PA", "NTA", "OPA") if evaluation[m] is not None]
+    parts = [f"{m} {100 * evaluation[m]:.1f}%" for m in METRICS if evaluation[m] is not None]
     parts.append(f"SAR/optical routing {100 * evaluation['routing']['accuracy']:.1f}%")
     total = sum(results["seconds"].values())
-    return f"planning on {evaluation['cases']} held-out cases: " + "  ".join(parts) + f"  ({total / 60:.1f} min)"
+    legend = ", ".join(f"{name} = {meaning.split(':')[0]}" for name, meaning in METRICS.items())
+    return "\n".join(
+        [
+            preset_line(settings),
+            f"planning on {evaluation['cases']} held-out cases: " + "  ".join(parts) + f"  ({total / 60:.1f} min)",
+            f"({legend}; the report spells them out)",
+        ]
+    )

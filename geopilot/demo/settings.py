@@ -50,7 +50,9 @@ class DemoSettings(StrictConfig):
     stage2_epochs: int = Field(default=4, ge=1)
     stage2_lr: float = 1.5e-3
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
-    eval_cases: int = Field(default=100, ge=9, le=500)  # held-out planning subset (stratified; 500 = all)
+    # held-out planning subset, exactly this many (stratified, one per category and difficulty at least: 27 groups;
+    # 500 = all)
+    eval_cases: int = Field(default=100, ge=27, le=500)
     max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
     # torch threads: part of the result (same seed and threads, same numbers); both cores of a 2-core machine
     threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1, le=MAX_THREADS)
@@ -88,6 +90,13 @@ class DemoSettings(StrictConfig):
             max_new_tokens=48,
             **chosen,
         )
+
+    def preset_name(self) -> str:
+        """ "default", "quick" or "custom": the preset these settings are, seed and threads aside."""
+        for name, quick in (("default", False), ("quick", True)):
+            if self == DemoSettings.preset(quick, self.seed, self.threads):
+                return name
+        return "custom"
 
     def fingerprint(self) -> str:
         return fingerprint(self.model_dump(mode="json"))

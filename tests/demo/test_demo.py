@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,19 @@ def test_held_out_subset_keeps_the_planning_set_proportions():
     assert pipeline.held_out_subset(cases, 500) == cases
 
 
+def test_held_out_subset_has_exactly_the_cases_asked_for():
+    """The quick preset asked for 27 and scored 31: every group got one, then the categories' shares added more."""
+    from geopilot.eval.planning_set import PLANNING_FILE
+
+    cases = [json.loads(line) for line in PLANNING_FILE.read_text(encoding="utf-8").splitlines()]
+    for n in (27, 28, 31, 37, 41, 44, 63, 100, 499):
+        subset = pipeline.held_out_subset(cases, n)
+        assert len(subset) == n and len({c["id"] for c in subset}) == n
+        assert {(c["category"], c["difficulty"]) for c in subset} == {(c["category"], c["difficulty"]) for c in cases}
+    quick = DemoSettings.preset(quick=True)
+    assert len(pipeline.held_out_subset(cases, quick.eval_cases)) == quick.eval_cases
+
+
 def _case(case_id: str, modality: str, tools: list[str]) -> Case:
     return Case(
         id=case_id,
@@ -130,6 +144,24 @@ def test_the_stage_configs_are_valid_train_configs(tmp_path):
     assert two.data.alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
 
 
+def test_a_relative_out_resumed_from_another_directory_is_the_same_training_run(tmp_path, monkeypatch):
+    """train.py refuses to resume a run whose settings differ, paths included: the demo's stage configs hold absolute
+    paths, so `--out runs/demo` from the clone and `--out demo` from runs/ give the same training runs."""
+    from geopilot.training.config import TrainConfig, result_settings
+
+    (tmp_path / "runs").mkdir()
+    settings = DemoSettings.preset(quick=True)
+    identity = {}
+    for cwd, out in ((tmp_path, "runs/demo"), (tmp_path / "runs", "demo")):
+        monkeypatch.chdir(cwd)
+        identity[out] = [
+            result_settings(TrainConfig.model_validate(pipeline.train_config(Layout(Path(out)), settings, stage)))
+            for stage in (1, 2)
+        ]
+    assert identity["runs/demo"] == identity["demo"]
+    assert identity["demo"][0]["data.files"] == [str(tmp_path / "runs/demo/data/traces/shard-00000.jsonl")]
+
+
 def test_the_generate_config_reads_the_synthetic_roots_under_the_out_folder(tmp_path):
     config = pipeline.generate_config(Layout(tmp_path), DemoSettings(seed=3))
     assert config.backend.kind == "template" and config.seed == 3
@@ -161,6 +193,9 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
     )
     assert isinstance(result.answer, str)
     metrics = read_results(Layout(first))["evaluate"]
+    recorded = json.loads((first / "demo.json").read_text(encoding="utf-8"))["settings"]
+    assert metrics["cases"] == recorded["eval_cases"] == 27  # asked for = scored
+    assert text.index("Preset: quick") < text.index(str(metrics["cases"]))
 
     # configs/tiny/stage*.yaml train as written on the demo's data (runs/demo/data/... from the working directory)
     work = tmp_path / "clone"
@@ -176,15 +211,23 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
         assert done.returncode == 0, done.stderr[-2000:]
     assert (work / "runs/tiny/stage2/export/config.json").is_file()
 
-    # Ctrl-C in a late phase: what finished stays finished, the next run resumes there with the same result.
-    second = tmp_path / "second"
+    # Ctrl-C in a late phase: what finished stays finished; the next run, from another working directory with --out
+    # typed relative to it, resumes there with the same result, and its report's chat command works from there.
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pipeline, "run_chats", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
-        run_demo(second, settings)
+        run_demo(Path("second"), settings)
+    second = tmp_path / "second"
     assert Layout(second).marker("evaluate").is_file() and not Layout(second).marker("chats").is_file()
     monkeypatch.undo()
-    run_demo(second, settings)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    run_demo(Path("../second"), settings)
     assert read_results(Layout(second))["evaluate"] == metrics  # same seed, same metrics
+    pasted = next(line for line in (second / "report.md").read_text().splitlines() if line.startswith("geopilot chat"))
+    argv = shlex.split(pasted)
+    assert argv[3] == "../second/model"
+    assert main([*argv[1:], "--max-new-tokens", "8"]) == 0
 
 
 def test_a_demo_json_with_the_released_fingerprint_is_resumed_and_rewritten(tmp_path):

@@ -1,5 +1,7 @@
 """README.md and docs/*.md: every relative link resolves, every repository path in backticks exists, every table
-renders as a table (no blank line or ragged row inside it), and nothing points outside the repository."""
+renders as a table (no blank line or ragged row inside it), nothing points outside the repository, and nothing refers
+to the project's issues or review items (a doc states what is true, not which ticket asked for it; an upstream
+project's issue is named with its repository, `owner/name#N`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 PATH = re.compile(r"`((?:geopilot|tools|data_gen|eval|configs|benchmarks|tests|examples|docs)/[\w./-]+)`")
+TICKET = re.compile(r"\b(?:issues?|items?|review(?: item)?s?)\s+#?\d+|\breview (?:items?|rounds?|findings?)\b", re.I)
 TOP_LEVEL = {"geopilot", "tools", "data_gen", "eval", "configs", "benchmarks", "tests", "examples", "docs"}
 
 
@@ -37,6 +40,13 @@ def test_links_and_paths_resolve(doc):
             f"{doc.name}: `{name}` does not exist"
         )
     assert "../shared" not in text, f"{doc.name}: refers to a file outside the repository"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_no_doc_refers_to_issues_or_review_items(doc):
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+        found = TICKET.search(line)
+        assert not found, f"{doc.name} line {number}: {found.group(0)!r} refers to an issue or review item"
 
 
 def _packaged(name: str) -> bool:

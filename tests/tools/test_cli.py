@@ -20,7 +20,7 @@ def png(tmp_path):
 def test_list_json_has_every_tool_with_schema_and_status(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(tmp_path))
     (tmp_path / "spa_gan" / "RICE1").mkdir(parents=True)
-    (tmp_path / "spa_gan" / "RICE1" / "gen_model_epoch_200.pth").write_bytes(b"")
+    (tmp_path / "spa_gan" / "RICE1" / "gen_model_epoch_200.pth").write_bytes(b"x")
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert len(rows) == 10

@@ -109,9 +109,9 @@ def test_tools_list_reports_both_backends_ready_or_weights_missing(tmp_path, mon
     )
     assert rows["extract_roads"]["status"] == "weights missing"
     (tmp_path / "denodet").mkdir()
-    (tmp_path / "denodet" / "denodet.pth").write_bytes(b"")
+    (tmp_path / "denodet" / "denodet.pth").write_bytes(b"x")
     (tmp_path / "sam_road").mkdir()
-    (tmp_path / "sam_road" / "cityscale_vitb_512_e10.ckpt").write_bytes(b"")
+    (tmp_path / "sam_road" / "cityscale_vitb_512_e10.ckpt").write_bytes(b"x")
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["sar_detect_all"]["status"] == rows["extract_roads"]["status"] == "ready"

@@ -189,7 +189,7 @@ def test_missing_weights_say_where_to_put_them(monkeypatch, tmp_path):
 
 
 def test_missing_tokenizer_is_a_weights_error(tmp_path):
-    (tmp_path / "model.pth").write_bytes(b"")
+    (tmp_path / "model.pth").write_bytes(b"x")
     with pytest.raises(WeightsError, match="bert-base-uncased/vocab.txt"):
         LaeDino.from_weights(str(tmp_path / "model.pth"))
 

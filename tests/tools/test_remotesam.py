@@ -158,7 +158,7 @@ def test_list_reports_remotesam_ready_or_weights_missing(tmp_path, monkeypatch, 
             "weights not found: put remotesam/checkpoint.pth"
         )
     (tmp_path / "remotesam").mkdir()
-    (tmp_path / "remotesam" / "checkpoint.pth").write_bytes(b"")
+    (tmp_path / "remotesam" / "checkpoint.pth").write_bytes(b"x")
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert (

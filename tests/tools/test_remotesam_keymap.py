@@ -93,6 +93,6 @@ def test_missing_weights_and_vocabulary_are_clear_errors(tmp_path, monkeypatch):
         RemoteSam.from_weights(None)
     with pytest.raises(WeightsError, match="put checkpoint.pth in"):
         RemoteSam.from_weights(tmp_path)
-    (tmp_path / "checkpoint.pth").write_bytes(b"")
+    (tmp_path / "checkpoint.pth").write_bytes(b"x")
     with pytest.raises(WeightsError, match="put the BERT vocabulary at"):
         RemoteSam.from_weights(tmp_path)

@@ -122,7 +122,7 @@ def test_tools_list_status_follows_the_preset_checkpoint(tmp_path, monkeypatch):
         "weights not found: put sam_road/cityscale_vitb_512_e10.ckpt"
     )
     (tmp_path / "sam_road").mkdir()
-    (tmp_path / "sam_road" / "spacenet_vitb_256_e10.ckpt").write_bytes(b"")
+    (tmp_path / "sam_road" / "spacenet_vitb_256_e10.ckpt").write_bytes(b"x")
     spacenet = load_tools_config(overrides=["tools.extract_roads.options.preset=spacenet"])
     assert binding_status(spacenet.tools["extract_roads"]) == ("ready", None)
     assert binding_status(config.tools["extract_roads"])[0] == "weights missing"

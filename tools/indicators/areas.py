@@ -1,7 +1,8 @@
 """Administrative areas from GeoPackage/GeoJSON (read with pyogrio), looked up by name without guessing.
 
 A name matches when it equals the area's name ignoring case, accents and repeated spaces ("Añora" == "anora");
-an id matches exactly. A name that matches nothing is an error listing the closest names, never a silent pick.
+an id matches exactly. A name that matches nothing is an error listing the closest names (whole names, or runs of
+their words: "Anora" is close to "Añora de Ríos"), never a silent pick.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from shapely.geometry.base import BaseGeometry
 from geopilot.errors import GeoPilotInputError
 from geopilot.tools.indicators.catalog import AreaSource, Catalog
 
+CLOSEST = 3  # names an unknown-name error lists
+
 
 class AreaNotFound(GeoPilotInputError):
     """No area of that name (or id) at that level."""
@@ -27,6 +30,20 @@ def normalise_name(name: str) -> str:
     decomposed = unicodedata.normalize("NFKD", name)
     plain = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return " ".join(plain.casefold().split())
+
+
+def likeness(query: str, name: str) -> float:
+    """0..1: how close a query is to an area name, both normalised: to the whole name, or to a run of as many of its
+    words as the query has (a partial name is close to the name it is part of)."""
+    query, name = normalise_name(query), normalise_name(name)
+    words, size = name.split(), len(query.split())
+    runs = [" ".join(words[i : i + size]) for i in range(max(1, len(words) - size + 1))]
+    return max(difflib.SequenceMatcher(None, query, text).ratio() for text in [name, *runs])
+
+
+def closest_names(query: str, areas: list[Area], n: int = CLOSEST) -> list[Area]:
+    """The n areas whose names are most like `query`, most like first (ties in name order)."""
+    return sorted(areas, key=lambda a: (-likeness(query, a.name), a.name, a.level))[:n]
 
 
 @dataclass(frozen=True)
@@ -104,11 +121,13 @@ class AreaIndex:
                 f"{name!r} names {len(matches)} areas at level {level!r}; pass the id instead: "
                 + ", ".join(f"{a.name} ({a.id})" for a in matches)
             )
-        close = difflib.get_close_matches(key, [normalise_name(a.name) for a in areas], n=3, cutoff=0.6)
-        hint = (
-            f"; closest names: {', '.join(a.name for a in areas if normalise_name(a.name) in close)}" if close else ""
-        )
-        raise AreaNotFound(f"no {level} named {name!r}{hint}")
+        close = ", ".join(a.name for a in closest_names(name, areas))
+        raise AreaNotFound(f"no {level} named {name!r}" + (f"; closest names: {close}" if close else ""))
+
+    def closest_anywhere(self, name: str) -> str:
+        """For a name no level has: the closest names of every level, with their levels."""
+        areas = [area for level in self.levels() for area in self.all(level)]
+        return ", ".join(f"{a.name} ({a.level})" for a in closest_names(name, areas))
 
     def find_any_level(self, name: str) -> list[Area]:
         """Every area with this name at any level (for lookups that do not say the level)."""

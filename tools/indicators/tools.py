@@ -189,7 +189,9 @@ class Context:
             return candidates
         parents = self.areas.find_any_level(within)
         if not parents:
-            raise GeoPilotInputError(f"no area named {within!r} at any level")
+            raise GeoPilotInputError(
+                f"no area named {within!r} at any level; closest names: {self.areas.closest_anywhere(within)}"
+            )
         parent = self.geometry(parents[0])
         return [a for a in candidates if (g := self.geometry(a)).intersection(parent).area >= 0.5 * g.area]
 
@@ -250,7 +252,10 @@ def lookup_area(ctx: Context, params: LookupParams) -> dict:
         return {"matches": [ctx.areas.find(params.name, params.level).summary()]}
     found = ctx.areas.find_any_level(params.name)
     if not found:
-        raise GeoPilotInputError(f"no area named {params.name!r} at any level ({', '.join(ctx.areas.levels())})")
+        raise GeoPilotInputError(
+            f"no area named {params.name!r} at any level ({', '.join(ctx.areas.levels())}); "
+            f"closest names: {ctx.areas.closest_anywhere(params.name)}"
+        )
     return {"matches": [a.summary() for a in found]}
 
 

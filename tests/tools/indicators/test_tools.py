@@ -51,6 +51,8 @@ def test_continuous_layer_statistics(registry, truth):
             "no class 'desert'",
         ),
         ("statistics_over_time", {"layer": "land_cover", "area": "Braçal", "level": "municipality"}, "no dates"),
+        ("analyse_area", {"layer": "land_cover", "area": "Anora", "level": "municipality"}, "closest names: Añora"),
+        ("lookup_area", {"name": "Valdori"}, "at any level (country, province, municipality); closest names: Valdoria"),
     ],
 )
 def test_errors_the_agent_can_see(registry, tool, params, message):

@@ -104,3 +104,16 @@ def test_names_match_without_accents_or_case_and_never_guess(region):
         index.find("Bracall", "municipality")
     with pytest.raises(AreaNotFound, match="unknown level"):
         index.all("parish")
+
+
+@pytest.mark.parametrize(
+    ("typed", "first"),
+    [("Anora", "Añora de Ríos"), ("Bracall", "Braçal"), ("rios", "Añora de Ríos"), ("Sao Tome", "São Tomé da Serra")],
+)
+def test_an_unknown_name_lists_the_closest_names(region, typed, first):
+    """docs/indicators.md: an unknown name is an error listing the closest names ("Anora" gave no hint before)."""
+    index = AreaIndex(load_catalog(region / "catalog.yaml"))
+    with pytest.raises(AreaNotFound) as raised:
+        index.find(typed, "municipality")
+    listed = str(raised.value).split("; closest names: ")[1].split(", ")
+    assert listed[0] == first and len(listed) == 3
