@@ -79,14 +79,51 @@ class Turn:
 
 
 def _streamer(tokenizer, on_text: Callable[[str], None]):
+    import torch
     from transformers import TextStreamer
 
+    byte_ids = _byte_token_ids(tokenizer)
+
     class _CallbackStreamer(TextStreamer):  # TextStreamer's documented extension point
+        """Holds back a run of byte-fallback tokens until a token ends it: the decoder reads the run as one UTF-8
+        sequence (one U+FFFD per byte when it is not valid), so its text is known only then ("Ї" streamed, then the
+        next byte made the run "���": the streamed answer was not the answer)."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.held: list[int] = []
+
+        def put(self, value):
+            if self.skip_prompt and self.next_tokens_are_prompt:
+                return super().put(value)
+            self.held += value.reshape(-1).tolist()
+            if self.held and self.held[-1] not in byte_ids:
+                self._release()
+
+        def end(self):
+            self._release()
+            super().end()
+
+        def _release(self):
+            if self.held:
+                ready, self.held = self.held, []
+                super().put(torch.tensor(ready))
+
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
             if text:
                 on_text(text)
 
     return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+def _byte_token_ids(tokenizer) -> frozenset[int]:
+    """The ids of the byte-fallback tokens (`<0x..>`), cached on the tokenizer."""
+    cached = getattr(tokenizer, "_geopilot_byte_ids", None)
+    if cached is None:
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        cached = frozenset(i for i, p in enumerate(pieces) if p and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", p))
+        tokenizer._geopilot_byte_ids = cached
+    return cached
 
 
 class KVSession:
