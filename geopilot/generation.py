@@ -206,6 +206,16 @@ class KVSession:
         twin.rows, twin.lacks_eos, twin.image_outputs = [0], [self.lacks_eos[index]], None
         return twin
 
+    def rewind(self) -> None:
+        """Forget the last generated turn (its tokens, mask and cache): the next `tails` bring it back, e.g. as the
+        chat template renders it. Client-run tools park a plan this way, so that continuing equals a re-prefill."""
+        if not self.started:
+            raise ValueError("rewind needs a generated turn")
+        self.sequences, self.mask = self.sequences[:, : self.turn_start], self.mask[:, : self.turn_start]
+        if (extra := self.cache.get_seq_length() - self.turn_start) > 0:
+            self.cache.crop(-extra)
+        self.lacks_eos = [False] * len(self.rows)
+
     def _append(self, tails: list[list[int]]) -> list[int]:
         """Append each row's new tokens (after a </s> if its last turn was cut off), left-padded to one width."""
         import torch
@@ -279,7 +289,7 @@ class KVSession:
                     **kwargs,
                 )
         seconds = time.perf_counter() - start
-        self.started, self.image_outputs = True, None
+        self.started, self.image_outputs, self.turn_start = True, None, width
         self.cache = out.cache
         generated = out.sequences[:, width:]
         new_mask = torch.zeros_like(generated)
