@@ -61,6 +61,7 @@ class Run:
     replies: list[Reply] = field(default_factory=list)
     results: list[tuple[str, object]] = field(default_factory=list)  # (tool, MCP CallToolResult)
     messages: list[dict] = field(default_factory=list)
+    requests: list[list[dict]] = field(default_factory=list)  # the messages each reply answered
 
 
 def function_tools() -> list[dict]:
@@ -115,6 +116,7 @@ async def run_agent(client, model: str, tools, mcp, image: bytes, choice, stream
     parts = [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + encoded}}]
     run = Run(messages=[{"role": "user", "content": parts + [{"type": "text", "text": QUESTION}]}])
     for round_ in range(MAX_ROUNDS + 1):
+        run.requests.append(list(run.messages))
         reply = await complete(client, model, run.messages, tools, choice if round_ < MAX_ROUNDS else "none", stream)
         run.replies.append(reply)
         if reply.finish_reason != "tool_calls":
@@ -250,18 +252,18 @@ def test_an_openai_sdk_agent_runs_the_tools_over_mcp_against_geopilot_serve(mode
         if choice == "remove_clouds":
             assert [c["name"] for c in first.tool_calls] == ["remove_clouds"]
             assert not first.geopilot["result"]["repaired"]  # so its KV cache was parked for the answer
-            assert len(run.replies) == 2 and run.replies[1].geopilot["result"]["outcome"] == "tools"
-    # the answer continued from the think turn's parked KV cache (a hit prefills the tool turn only); the same
-    # request again misses (an entry is taken once), re-prefills image, prompt and plan, and answers the same
+            assert run.replies[1].geopilot["result"]["turns"][0]["kind"] == "answer"
+    # the answer continued from the think turn's parked KV cache (a hit prefills the plan and the tool turn only);
+    # the same request again misses (an entry is taken once), re-prefills image and prompt too, and says the same
     named = runs[("remove_clouds", False)]
     hit = named.replies[1]
-    miss = OpenAI(base_url=geopilot_serve + "/v1", api_key=KEY, max_retries=0).chat.completions.create(
-        model=model_dir.name, messages=named.messages, tools=tools, tool_choice="auto"
+    again = OpenAI(base_url=geopilot_serve + "/v1", api_key=KEY, max_retries=0).chat.completions.create(
+        model=model_dir.name, messages=named.requests[1], tools=tools, tool_choice="auto"
     )
+    miss = again.model_extra["geopilot"]["result"]
     think_input = named.replies[0].geopilot["result"]["tokens"]["input"]
-    hit_input = hit.geopilot["result"]["turns"][0]["new_input_tokens"]
-    assert hit_input + think_input <= miss.model_extra["geopilot"]["result"]["turns"][0]["new_input_tokens"]
-    assert miss.choices[0].message.content == hit.content
+    assert hit.geopilot["result"]["turns"][0]["new_input_tokens"] + think_input == miss["turns"][0]["new_input_tokens"]
+    assert [t["text"] for t in hit.geopilot["result"]["turns"]] == [t["text"] for t in miss["turns"]]
     for (choice, stream), run in runs.items():  # greedy: the stream carries exactly what the plain reply does
         assert transcript(run) == transcript(runs[(choice, False)]), (choice, stream)
 
