@@ -229,8 +229,10 @@ def check_protocol(run: Run, names: set[str]) -> None:
         text = result.content[0].text
         if tool == "remove_clouds":
             assert not result.is_error and restored_matches_upstream(result), text
-        else:  # the other tools' weights are absent here (or the random model's params are invalid): one line
-            assert result.is_error and "\n" not in text, (tool, text)
+        elif result.is_error:  # weights absent here, or the random model's params invalid: one line
+            assert "\n" not in text and text, (tool, text)
+        else:
+            ToolOutput.model_validate_json(text)
     final = run.replies[-1]
     assert final.finish_reason == "stop" and isinstance(final.content, str)
     if run.results:  # the last request ended with tool results: its first turn answers them
