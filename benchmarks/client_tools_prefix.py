@@ -5,7 +5,7 @@
 The model is chat_latency.py's 109 M mid-size random LLaVA (576 image tokens, as LLaVA-1.5). Each round: a think
 request with `tool_choice="required"` on a no-params tool (the plan grammar makes the random model write a valid
 plan), then the request bringing the tool's result, once on a pilot with a PrefixCache (the parked think turn is
-continued: only the tool turn is prefilled) and once without (image, prompt and plan are re-prefilled). The
+continued: only the plan, as rendered, and the tool turn are prefilled) and once without (image, prompt and plan are re-prefilled). The
 answer is held to `--answer-tokens` (min = max) so both decode the same length; the time is the whole answer
 request as `chat` sees it (`ChatResult.timings.total`). Printed: seconds per round, tokens prefilled, and
 the ratio without / with, per round and median.

@@ -79,14 +79,51 @@ class Turn:
 
 
 def _streamer(tokenizer, on_text: Callable[[str], None]):
+    import torch
     from transformers import TextStreamer
 
+    byte_ids = _byte_token_ids(tokenizer)
+
     class _CallbackStreamer(TextStreamer):  # TextStreamer's documented extension point
+        """Holds back a run of byte-fallback tokens until a token ends it: the decoder reads the run as one UTF-8
+        sequence (one U+FFFD per byte when it is not valid), so its text is known only then ("Ї" streamed, then the
+        next byte made the run "���": the streamed answer was not the answer)."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.held: list[int] = []
+
+        def put(self, value):
+            if self.skip_prompt and self.next_tokens_are_prompt:
+                return super().put(value)
+            self.held += value.reshape(-1).tolist()
+            if self.held and self.held[-1] not in byte_ids:
+                self._release()
+
+        def end(self):
+            self._release()
+            super().end()
+
+        def _release(self):
+            if self.held:
+                ready, self.held = self.held, []
+                super().put(torch.tensor(ready))
+
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
             if text:
                 on_text(text)
 
     return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+def _byte_token_ids(tokenizer) -> frozenset[int]:
+    """The ids of the byte-fallback tokens (`<0x..>`), cached on the tokenizer."""
+    cached = getattr(tokenizer, "_geopilot_byte_ids", None)
+    if cached is None:
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        cached = frozenset(i for i, p in enumerate(pieces) if p and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", p))
+        tokenizer._geopilot_byte_ids = cached
+    return cached
 
 
 class KVSession:
@@ -169,6 +206,16 @@ class KVSession:
         twin.rows, twin.lacks_eos, twin.image_outputs = [0], [self.lacks_eos[index]], None
         return twin
 
+    def rewind(self) -> None:
+        """Forget the last generated turn (its tokens, mask and cache): the next `tails` bring it back, e.g. as the
+        chat template renders it. Client-run tools park a plan this way, so that continuing equals a re-prefill."""
+        if not self.started:
+            raise ValueError("rewind needs a generated turn")
+        self.sequences, self.mask = self.sequences[:, : self.turn_start], self.mask[:, : self.turn_start]
+        if (extra := self.cache.get_seq_length() - self.turn_start) > 0:
+            self.cache.crop(-extra)
+        self.lacks_eos = [False] * len(self.rows)
+
     def _append(self, tails: list[list[int]]) -> list[int]:
         """Append each row's new tokens (after a </s> if its last turn was cut off), left-padded to one width."""
         import torch
@@ -242,7 +289,7 @@ class KVSession:
                     **kwargs,
                 )
         seconds = time.perf_counter() - start
-        self.started, self.image_outputs = True, None
+        self.started, self.image_outputs, self.turn_start = True, None, width
         self.cache = out.cache
         generated = out.sequences[:, width:]
         new_mask = torch.zeros_like(generated)

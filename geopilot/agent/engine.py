@@ -3,8 +3,9 @@ session generates the next turn of the rows still talking, given the user turn (
 each row reads first. `GeoPilot` runs its one loop over either engine:
 
 - `LocalEngine`: the model in this process, one KV cache for the batch (`geopilot.generation.KVSession`): later
-  turns prefill only the new user turn. With a `PrefixCache`, a think turn whose calls a client runs is parked,
-  and the request bringing their results continues from it (`geopilot.agent.prefix_cache`); the plans of
+  turns prefill only the new user turn. With a `PrefixCache`, a think turn whose calls a client runs is parked
+  (image and prompt; the plan is re-encoded as the template renders it, so a hit continues exactly as a
+  re-prefill would), and the request bringing their results continues from it (`geopilot.agent.prefix_cache`); the plans of
   client-run tools are decoded inside the plan grammar (`geopilot.agent.plan_grammar`).
 - `HttpEngine` (`geopilot.agent.http_engine`): an OpenAI-compatible server (vLLM, `geopilot serve`) renders and
   generates each turn from the whole conversation.
@@ -94,12 +95,13 @@ class LocalEngine:
             if self.prefix_cache is None or request.messages[-1].role != "tool":
                 continue
             plan_at = max(i for i, m in enumerate(request.messages) if m.role == "assistant")
-            session = self.prefix_cache.take(self.prefix_key(request, request.messages[: plan_at + 1]))
-            if session is not None:  # continue the parked think turn: prefill only the tool turn
+            parked = self.prefix_cache.take(self.prefix_key(request, request.messages[: plan_at + 1]))
+            if parked is not None:  # continue the parked think turn: prefill only the plan and the tool turn
+                session, plan_ids = parked
                 session.generation_config = options.generation_config(self.tokenizer)
                 session.lookup_tokens = options.prompt_lookup_tokens
                 tool_turn = chat_turns(request.messages)[-1][1]
-                resumed[index] = LocalSession(session, self, 0.0, [request], first_turn=tool_turn)
+                resumed[index] = LocalSession(session, self, 0.0, [request], first_turn=(plan_ids, tool_turn))
         fresh = [i for i in range(len(requests)) if i not in resumed]
         groups: list[tuple[LocalSession, list[int]]] = []
         if fresh:
@@ -119,8 +121,8 @@ def _system(system: str | None) -> str:
 
 class LocalSession:
     """A KV session behind the text interface: user turns are encoded here (once each) as the template writes them;
-    constrained rows (client-run tools) decode inside the plan grammar. `first_turn`: the user turn a resumed
-    session reads before its first generated turn."""
+    constrained rows (client-run tools) decode inside the plan grammar. `first_turn`: what a resumed session
+    reads before its first generated turn (the plan's ids, then the user turn's text)."""
 
     def __init__(
         self,
@@ -128,7 +130,7 @@ class LocalSession:
         engine: LocalEngine,
         preprocess_seconds: float,
         requests: list[PreparedRequest],
-        first_turn: str | None = None,
+        first_turn: tuple[list[int], str] | None = None,
     ):
         self.session, self.engine, self.tokenizer = session, engine, engine.tokenizer
         self.preprocess_seconds, self.requests, self.first_turn = preprocess_seconds, requests, first_turn
@@ -153,9 +155,11 @@ class LocalSession:
     def generate(
         self, rows: list[int], user_turns: list[str] | None, stream: TextSink | None, max_new_tokens: int | None
     ) -> list[Turn]:
+        lead: list[int] = []
         if user_turns is None and self.first_turn is not None:
-            user_turns, self.first_turn = [self.first_turn] * len(rows), None
-        tails = None if user_turns is None else [self._ids(text) for text in user_turns]
+            (lead, text), self.first_turn = self.first_turn, None
+            user_turns = [text] * len(rows)
+        tails = None if user_turns is None else [lead + self._ids(text) for text in user_turns]
         self._encoded.clear()
         limit = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
         self._constrain(rows, max_new_tokens)
@@ -175,12 +179,19 @@ class LocalSession:
         steering = ConstrainedPlans(constraints, self.tokenizer, limit)
         self.session.logits_processor = LogitsProcessorList([*(self.base_processor or []), steering])
 
-    def park(self, row: int, key: str) -> bool:
-        """Keep `row`'s cache in the engine's prefix cache under `key`; False where there is none to keep."""
+    def park(self, row: int, key: str, plan) -> bool:
+        """Keep `row`'s cache in the engine's prefix cache under `key`, without its last turn: that turn comes back
+        as `plan` rendered (the tokens a re-prefill reads, not the ones the grammar happened to decode: a hit then
+        answers exactly as a miss). False where there is none to keep."""
+        from geopilot.tokenizer import encode_text
+        from geopilot.wire import assistant_json
+
         cache, fork = self.engine.prefix_cache, getattr(self.session, "fork", None)
         if cache is None or fork is None:
             return False
-        cache.park(key, fork(row))
+        twin = fork(row)
+        twin.rewind()
+        cache.park(key, (twin, encode_text(self.tokenizer, " " + assistant_json(plan)) + [self.tokenizer.eos_token_id]))
         return True
 
 
@@ -210,6 +221,6 @@ class RowGroups:
             turns.update(zip(mine, out, strict=True))
         return [turns[row] for row in rows]
 
-    def park(self, row: int, key: str) -> bool:
+    def park(self, row: int, key: str, plan) -> bool:
         session, members = next((s, m) for s, m in self.groups if row in m)
-        return session.park(members.index(row), key)
+        return session.park(members.index(row), key, plan)

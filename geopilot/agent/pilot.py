@@ -41,7 +41,7 @@ from geopilot.generation import AnswerExtractor, GenerationOptions
 from geopilot.image import DEFAULT_MAX_PIXELS
 from geopilot.sample import Modality
 from geopilot.tool_protocol import ToolRegistry
-from geopilot.wire import assistant_json, question_text
+from geopilot.wire import question_text
 
 DEFAULT_CHAT_TIMEOUT_S = 600.0  # a whole chat: tool calls get at most what is left, no turn starts after it
 MIN_TURN_TOKENS = 16  # a turn with less room than this in the context is not started: the chat ends instead
@@ -275,14 +275,11 @@ class GeoPilot:
 
     def _park(self, session: TurnSession, row: int, dialogue: AgentLoop) -> None:
         """A think turn whose calls the client runs: keep its cache for the request that brings the results, when
-        that request will render exactly what the cache holds (no repair turn, the plan as the wire writes it)."""
+        the cache holds what that request renders before the plan (no repair turn)."""
         park = getattr(session, "park", None)
-        plan = dialogue.messages[-1]
         if park is None or dialogue.result.outcome != "tool_calls" or dialogue.repaired:
             return
-        if dialogue.turns[-1].text != assistant_json(plan) or not dialogue.turns[-1].finished:
-            return
-        park(row, self.engine.prefix_key(dialogue.request, dialogue.messages))
+        park(row, self.engine.prefix_key(dialogue.request, dialogue.messages), dialogue.messages[-1])
 
     def _turn_room(
         self, session: TurnSession, dialogues: list[AgentLoop], pending: dict[int, str | None], deadline: float | None

@@ -8,8 +8,9 @@ declared tools; `required`: at least one; a named function: only that one; `para
 one). `PlanState` is a character-level automaton of that grammar (compact JSON, one leading space allowed): it
 says whether a text can still become a valid plan and the shortest text that closes it. `ConstrainedPlans` is
 the logits processor that keeps each row's turn inside it: of the most likely tokens it allows only those whose
-text keeps the plan viable (all tokens when none of them does), `</s>` only once the plan is closed, and when the
-turn would otherwise run out of `max_new_tokens` it writes the closing text, so a constrained plan always parses.
+text keeps the plan viable (all tokens when none of them does), `</s>` only once the plan is closed, byte-fallback
+tokens only next to their own kind (so the decoded text is the text the grammar read), and when the turn would
+otherwise run out of `max_new_tokens` it writes the closing text, so a constrained plan always parses.
 Sampling is thereby limited to the `TOP_CANDIDATES` most likely tokens at each step.
 """
 
@@ -23,7 +24,8 @@ from geopilot.sample import AssistantMessage
 
 TOP_CANDIDATES = 64  # tokens checked against the grammar per step before falling back to the whole vocabulary
 NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-NUMBER_CHARS = set("0123456789+-.eE")
+# what can still become a NUMBER: a number's characters in any order ("97e297e2") would never close
+NUMBER_PREFIX = re.compile(r"-?((0|[1-9][0-9]*)(\.[0-9]*|\.[0-9]+[eE][+-]?[0-9]*|[eE][+-]?[0-9]*)?)?")
 HEX = set("0123456789abcdefABCDEF")
 STRING_BYTE = "\x80"  # stands for a byte-fallback token of a multi-byte character (valid inside strings only)
 
@@ -96,7 +98,7 @@ class PlanState:
                     return True
                 continue
             if kind == "num":
-                if char in NUMBER_CHARS:
+                if NUMBER_PREFIX.fullmatch(frame[1] + char):
                     frame[1] += char
                     return True
                 if not NUMBER.fullmatch(frame[1]):
@@ -192,7 +194,7 @@ class PlanState:
             self.stack.append(["arr", "first"])
         elif char == '"':
             self.stack.append(["str", 0])
-        elif char == "-" or char.isdigit():
+        elif NUMBER_PREFIX.fullmatch(char):  # "-" or an ASCII digit (str.isdigit would take "²")
             self.stack.append(["num", char])
         elif char in "tfn":
             self.stack.append(["lit", {"t": "rue", "f": "alse", "n": "ull"}[char], 0])
@@ -268,23 +270,38 @@ class PlanState:
 def token_texts(tokenizer) -> list[str | None]:
     """The text each token id adds (SentencePiece `▁` as a space, byte tokens as their character; `STRING_BYTE`
     for a byte of a multi-byte character); None for special tokens, which a plan never contains."""
-    cached = getattr(tokenizer, "_geopilot_token_texts", None)
+    return _token_table(tokenizer)[0]
+
+
+def byte_kinds(tokenizer) -> list[int]:
+    """Per token id: 0 not a byte-fallback token, 1 a byte below 0x80, 2 a byte of a multi-byte character. The
+    decoder reads a run of byte tokens as one UTF-8 sequence and, when it is not valid, writes one U+FFFD per byte:
+    `<0xE2><0x22>` decodes to two of them, not to a character and a quote."""
+    return _token_table(tokenizer)[1]
+
+
+def _token_table(tokenizer) -> tuple[list[str | None], list[int]]:
+    cached = getattr(tokenizer, "_geopilot_token_table", None)
     if cached is not None:
         return cached
     special = set(tokenizer.all_special_ids) | {
         i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if t.special
     }
     texts: list[str | None] = []
+    kinds: list[int] = []
     for index, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
+        kind = 0
         if index in special or piece is None:
             texts.append(None)
         elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):
             value = int(piece[3:5], 16)
             texts.append(chr(value) if value < 0x80 else STRING_BYTE)
+            kind = 1 if value < 0x80 else 2
         else:
             texts.append(piece.replace("\u2581", " "))
-    tokenizer._geopilot_token_texts = texts
-    return texts
+        kinds.append(kind)
+    tokenizer._geopilot_token_table = texts, kinds
+    return texts, kinds
 
 
 class ConstrainedPlans:
@@ -293,7 +310,7 @@ class ConstrainedPlans:
 
     def __init__(self, constraints: list[PlanConstraint | None], tokenizer, max_new_tokens: int):
         self.constraints, self.max_new_tokens = constraints, max_new_tokens
-        self.texts = token_texts(tokenizer)
+        self.texts, self.kinds = token_texts(tokenizer), byte_kinds(tokenizer)
         self.eos = tokenizer.eos_token_id
         self.states = [None if c is None else PlanState(c) for c in constraints]
         self.fed = [0] * len(constraints)
@@ -316,25 +333,33 @@ class ConstrainedPlans:
             self.fed[row] = steps
             if state is None:
                 continue
-            allowed = self._allowed(state, scores[row], self.max_new_tokens - steps)
+            after = self.kinds[int(input_ids[row, -1])] if steps else 0
+            allowed = self._allowed(state, scores[row], self.max_new_tokens - steps, after)
             keep = torch.full_like(scores[row], float("-inf"))
             keep[allowed] = scores[row][allowed]
             scores[row] = keep
         return scores
 
-    def _allowed(self, state: PlanState, scores, room: int) -> list[int]:
+    def _allowed(self, state: PlanState, scores, room: int, after: int) -> list[int]:
+        """`after`: the byte kind of the row's last token (a byte token of the other kind may not follow it)."""
         if state.done:
             return [self.eos]
         closing = state.completion()
         if room <= len(closing) + 1:  # every closing token writes >= 1 character: force the closing text
-            fitting = [i for i, t in enumerate(self.texts) if t and closing.startswith(t)]
+            fitting = [i for i, t in enumerate(self.texts) if t and closing.startswith(t) and self._joins(after, i)]
             return [max(fitting, key=lambda i: len(self.texts[i]))] if fitting else [self.eos]
         order = scores.argsort(descending=True).tolist()
         for candidates in (order[:TOP_CANDIDATES], order[TOP_CANDIDATES:]):
-            viable = [i for i in candidates if self._viable(state, i)]
+            viable = [i for i in candidates if self._joins(after, i) and self._viable(state, i)]
             if viable:
                 return viable
         return [self.eos]  # cannot happen: some token continues every open frame
+
+    def _joins(self, after: int, token: int) -> bool:
+        """Byte tokens of one kind only next to each other: then a run decodes to the characters the grammar read
+        (one ASCII byte each, or non-ASCII characters / U+FFFD inside a string)."""
+        kind = self.kinds[token] if token < len(self.kinds) else 0
+        return not (after and kind and kind != after)
 
     def _viable(self, state: PlanState, token: int) -> bool:
         text = self.texts[token] if token < len(self.texts) else None

@@ -1,6 +1,7 @@
 """The prefix cache of client-run tools: a think turn whose calls a client runs leaves its KV cache here, keyed by
 the rendered conversation up to and including that plan; the request that brings the results back continues from
-it, prefilling only the tool turn, instead of re-prefilling image, prompt and plan.
+it, prefilling only the plan (re-encoded as the template renders it, so a hit answers exactly as a re-prefill)
+and the tool turn, instead of re-prefilling image, prompt and plan.
 
 Bounded: at most `max_entries` conversations (the least recently parked goes first), each for `ttl_s` seconds; a
 client that never comes back costs its entry until then, and every `park`/`take` drops what has expired. An entry

@@ -10,10 +10,11 @@ import weakref
 
 import numpy as np
 import pytest
+import torch
 from pydantic import BaseModel, ConfigDict
 
 from geopilot.agent import ClientTools, GeoPilot, PrefixCache
-from geopilot.agent.plan_grammar import PlanConstraint, PlanState
+from geopilot.agent.plan_grammar import ConstrainedPlans, PlanConstraint, PlanState
 from geopilot.sample import Action, AssistantMessage
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
@@ -74,6 +75,33 @@ def test_every_viable_prefix_closes_into_a_plan_that_parses():
             assert len(json.loads(closed)["actions"]) >= 1
 
 
+def test_a_number_stays_a_number_that_can_close():
+    """The tiny model wrote `[97e297e2...`: a number's characters in an order no JSON number has (the plan then
+    could not close, and the turn ran out of tokens unparsable)."""
+    opened = '{"reasoning":"","actions":[{"tool":"ground","params":{"expression":['
+    for ok, bad in (("97e2", "97e2e"), ("-", "--"), ("1.5", "1.5."), ("0", "01"), ("", "²"), ("1.", "1.e")):
+        state = PlanState(PlanConstraint(("ground",), 1))
+        assert state.feed_text(opened + ok), ok
+        assert json.loads(opened + ok + state.completion())["actions"][0]["tool"] == "ground"
+        assert not PlanState(PlanConstraint(("ground",), 1)).feed_text(opened + bad), bad
+
+
+def test_byte_tokens_decode_to_what_the_grammar_read(tiny):
+    """The tiny model wrote `"value":"…<0xE2><0x22>}`: the grammar read a closed string, the decoder two U+FFFD
+    (an invalid byte run is one U+FFFD per byte), so the answer did not parse. A byte token joins only its kind."""
+    tok = tiny[1].tokenizer
+    high, byte_quote, quote = tok.convert_tokens_to_ids(["<0xE2>", "<0x22>", '"'])
+    assert tok.decode([high, byte_quote]) == "\ufffd\ufffd"
+    steering = ConstrainedPlans([PlanConstraint(("ground",), 1)], tok, 64)
+    steering(torch.tensor([[tok.bos_token_id]]), torch.zeros(1, len(tok)))  # the prompt
+    ids = [tok.bos_token_id, *tok('{"reasoning":"', add_special_tokens=False)["input_ids"], high]
+    scores = torch.zeros(1, len(tok))
+    scores[0, byte_quote], scores[0, quote] = 2.0, 1.0
+    ids.append(int(steering(torch.tensor([ids]), scores)[0].argmax()))
+    assert ids[-1] == quote  # not the byte quote: the reasoning string closes in the decoded text too
+    assert PlanState(PlanConstraint(("ground",), 1)).feed_text(tok.decode(ids[1:]))
+
+
 @pytest.fixture
 def client_pilot(tiny):
     def make(cache: PrefixCache | None):
@@ -118,9 +146,11 @@ def test_the_answer_continues_from_the_parked_think_turn(client_pilot, image):
     miss = client_pilot(None).chat(
         image, None, history=results_history(think), generation=generation, client_tools=auto
     )
-    # a hit prefills the tool turn only; a miss the image, the prompt and the plan again
+    # a hit prefills the plan (as the template renders it) and the tool turn; a miss the image and the prompt too,
+    # and a hit answers exactly as a miss (the grammar decoded the plan in other tokens than a re-prefill reads)
     assert hit.tokens.input < miss.tokens.input - think.tokens.input // 2
-    assert hit.turns[0].new_input_tokens < miss.turns[0].new_input_tokens - think.tokens.input
+    assert hit.turns[0].new_input_tokens == miss.turns[0].new_input_tokens - think.tokens.input
+    assert [t.text for t in hit.turns] == [t.text for t in miss.turns]
     # another image, or another system prompt, is another prefix
     pilot.chat(image, "How many planes?", generation=generation, client_tools=tools)
     pilot.chat(image[::-1].copy(), None, history=results_history(think), generation=generation, client_tools=auto)

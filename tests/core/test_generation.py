@@ -113,3 +113,23 @@ def test_answer_extractor_streams_only_the_value_of_an_answer_turn():
     calling = AnswerExtractor(silent.append)
     calling.feed('{"reasoning":"r","actions":[{"tool":"detect_objects","params":{}}],"value":"wait"}')
     assert silent == []
+
+
+def test_a_streamed_byte_run_is_the_text_it_decodes_to(tiny):
+    """`<0xD0><0x87>` is "Ї"; one more byte `<0xE2>` makes the run invalid, and the decoder writes one U+FFFD per
+    byte: the streamer waits for the run to end instead of sending "Ї" (then the stream was not the answer)."""
+    from geopilot.generation import _streamer
+
+    tok = tiny[1].tokenizer
+    ids = [
+        *tok.convert_tokens_to_ids(["<0xD0>", "<0x87>", "<0xE2>"]),
+        *tok("a b", add_special_tokens=False)["input_ids"],
+    ]
+    assert tok.decode(ids[:2]) == "Ї" and tok.decode(ids[:3]) == "\ufffd" * 3
+    pieces: list[str] = []
+    streamer = _streamer(tok, pieces.append)
+    streamer.put(torch.tensor([[tok.bos_token_id]]))  # the prompt
+    for token in ids:
+        streamer.put(torch.tensor([token]))
+    streamer.end()
+    assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True) and "Ї" not in "".join(pieces)

@@ -1,5 +1,6 @@
 """Client-run tools over the OpenAI protocol (issue 25 item 1): `tools` -> the plan as `message.tool_calls`, the
-client's `role: "tool"` results -> the answer; tool_choice; streaming deltas; bad tool messages are 400."""
+client's `role: "tool"` results -> the answer; tool_choice; streaming deltas; bad tool messages are 400; a client that
+never brings the results back costs its prefix-cache entry until the TTL."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import httpx
 import pytest
 from helpers.serving import KEY, MODEL, image_message
-from openai import BadRequestError
+from openai import APIError, BadRequestError
 
 from geopilot.render import render_turns
 from geopilot.sample import AssistantMessage, ToolMessage, UserMessage
@@ -198,6 +199,13 @@ def test_tool_results_over_the_context_are_refused_and_without_tools_too(recordi
             model=MODEL, messages=answer_messages("TOOL: how many?", reply, huge), tools=[DETECT]
         )
     assert "over the model's context" in refused.value.message and "tool results" in refused.value.message
+    with pytest.raises(APIError) as streamed:  # streaming: the SSE error event the SDK raises, after the role chunk
+        list(
+            client.chat.completions.create(
+                model=MODEL, messages=answer_messages("TOOL: how many?", reply, huge), tools=[DETECT], stream=True
+            )
+        )
+    assert "over the model's context" in streamed.value.message and "tool results" in streamed.value.message
     with pytest.raises(BadRequestError) as no_tools:
         client.chat.completions.create(model=MODEL, messages=answer_messages("TOOL: how many?", reply))
     assert "send the tools too" in no_tools.value.message
@@ -214,3 +222,51 @@ def test_tool_choice_needs_tools_and_names_one_of_them(recording):
     ):
         reply = httpx.post(f"{url}/chat/completions", json=base | extra, headers={"authorization": f"Bearer {KEY}"})
         assert reply.status_code == 400 and reply.json()["error"]["param"] == field
+
+
+def test_a_client_that_never_returns_the_results_holds_its_entry_until_it_expires(tiny):
+    """Real KV sessions (the tiny model) behind the server: the think turn that hands off its call is parked; a
+    client that never brings the results costs that entry until the TTL, then it is freed (nothing else holds it);
+    a client that comes back later still gets the answer, re-prefilled."""
+    import gc
+    import weakref
+
+    from helpers.scripted import SlowTool
+    from helpers.serving import serving
+    from openai import OpenAI
+
+    from geopilot.agent import GeoPilot, PrefixCache
+    from geopilot.serving.api import create_app
+    from geopilot.serving.config import ServeConfig
+    from geopilot.tool_protocol import ToolRegistry
+
+    now, parked = [0.0], []
+
+    class Watched(PrefixCache):
+        def park(self, key, entry):
+            parked.append(weakref.ref(entry[0]))  # the parked KVSession (its cache tensors)
+            super().park(key, entry)
+
+    cache = Watched(ttl_s=60.0, clock=lambda: now[0])
+    pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([SlowTool(0.6)]), prefix_cache=cache)
+    tool = {"type": "function", "function": {"name": "segment_semantic", "parameters": {"type": "object"}}}
+    named = {"type": "function", "function": {"name": "segment_semantic"}}
+    with serving(create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, max_new_tokens=48))) as url:
+        client = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=image_message("Segment it."), tools=[tool], tool_choice=named
+        )
+        assert reply.choices[0].finish_reason == "tool_calls" and len(cache) == 1 and parked[0]() is not None
+        now[0] = 59.0
+        assert len(cache) == 1
+        now[0] = 60.0  # the client never came back
+        assert len(cache) == 0 and cache.expired == 1
+        gc.collect()
+        assert parked[0]() is None
+        late = client.chat.completions.create(
+            model=MODEL, messages=answer_messages("Segment it.", reply, ToolOutput(message="done")), tools=[tool]
+        )
+    result = late.model_extra["geopilot"]["result"]
+    assert late.choices[0].finish_reason in ("stop", "tool_calls") and result["turns"][0]["kind"] == "answer"
+    assert cache.hits == 0 and cache.misses == 1
+    assert result["turns"][0]["new_input_tokens"] > reply.model_extra["geopilot"]["result"]["tokens"]["input"]

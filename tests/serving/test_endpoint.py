@@ -12,25 +12,17 @@ conversation.
 
 from __future__ import annotations
 
-import base64
-import io
-import json
-
 import numpy as np
 import pytest
-import torch
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
+from helpers.chat_engine import Forced, engine_app
 from helpers.scripted import Detector
 from helpers.serving import serving
-from PIL import Image
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessorList
 
 from geopilot.agent import GeoPilot
-from geopilot.batch import pixel_values
 from geopilot.generation import KVSession
 from geopilot.sample import Action, AssistantMessage
-from geopilot.tokenizer import encode_text
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.wire import assistant_json
 
@@ -40,23 +32,6 @@ VALID = assistant_json(
         reasoning="Detect them.", actions=[Action(tool="detect_objects", params={"categories": ["plane"]})]
     )
 )
-
-
-class Forced(LogitsProcessor):
-    """Forces a scripted token sequence (then </s>) when given one; otherwise leaves the scores alone."""
-
-    def __init__(self, tokenizer, text: str | None):
-        self.ids = None if text is None else encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
-        self.start = None
-
-    def __call__(self, input_ids, scores):
-        if self.ids is None:
-            return scores
-        if self.start is None:
-            self.start = input_ids.shape[1]
-        forced = torch.full_like(scores, float("-inf"))
-        forced[:, self.ids[min(input_ids.shape[1] - self.start, len(self.ids) - 1)]] = 0.0
-        return forced
 
 
 SCRIPT = [INVALID, VALID, None]  # by the number of assistant turns so far
@@ -73,55 +48,6 @@ class ForcedSession(KVSession):
         return super().generate(rows, tails, stream, keep_logits, max_new_tokens)
 
 
-def engine_app(model, processor) -> FastAPI:
-    """A minimal chat-completions server: chat template -> ids (image tokens expanded) -> greedy generate."""
-    tok = processor.tokenizer
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def complete(request: Request):
-        body = await request.json()
-        urls = [
-            p["image_url"]["url"]
-            for m in body["messages"]
-            if isinstance(m["content"], list)
-            for p in m["content"]
-            if p["type"] == "image_url"
-        ]
-        image = Image.open(io.BytesIO(base64.b64decode(urls[0].split(",", 1)[1]))).convert("RGB")
-        text = tok.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
-        inputs = processor(images=[image], text=text, return_tensors="pt", add_special_tokens=False)
-        inputs["pixel_values"] = pixel_values(processor, [image])
-        script = SCRIPT[sum(m["role"] == "assistant" for m in body["messages"])]
-        with torch.inference_mode():
-            out = model.generate(
-                **inputs,
-                max_new_tokens=body["max_tokens"],
-                do_sample=False,
-                logits_processor=LogitsProcessorList([Forced(tok, script)]),
-            )
-        generated = out[0, inputs["input_ids"].shape[1] :].tolist()
-        finished = tok.eos_token_id in generated
-        ids = generated[: generated.index(tok.eos_token_id)] if finished else generated
-        content, finish = tok.decode(ids, skip_special_tokens=True), "stop" if finished else "length"
-        usage = {"prompt_tokens": inputs["input_ids"].shape[1], "completion_tokens": len(ids)}
-        if body.get("stream"):  # SSE: the text in two pieces, then the finish reason and the usage
-            half = len(content) // 2
-            events = [
-                {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-                for piece in (content[:half], content[half:])
-            ]
-            events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage})
-            lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
-            return StreamingResponse(iter(lines), media_type="text/event-stream")
-        return {
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": usage,
-        }
-
-    return app
-
-
 @pytest.mark.parametrize("seed", [5, 6])
 def test_endpoint_answers_equal_the_in_process_ones(tiny, seed):
     model, processor = tiny
@@ -136,7 +62,7 @@ def test_endpoint_answers_equal_the_in_process_ones(tiny, seed):
             model, processor.tokenizer, prompts, pixels, options
         ),
     ).chat(image, "How many planes are there?", generation=generation)
-    with serving(engine_app(model, processor)) as url:
+    with serving(engine_app(model, processor, SCRIPT)) as url:
         remote_pilot = GeoPilot.from_endpoint(url + "/v1", "tiny", tools=registry)
         remote = remote_pilot.chat(image, "How many planes are there?", generation=generation)
         [batched] = remote_pilot.chat_batch(
@@ -162,7 +88,7 @@ def test_serve_with_an_engine_url_answers_through_the_endpoint(tiny):
 
     model, processor = tiny
     registry = ToolRegistry([Detector()])
-    with serving(engine_app(model, processor)) as engine:
+    with serving(engine_app(model, processor, SCRIPT)) as engine:
         pilot = GeoPilot.from_endpoint(engine + "/v1", "tiny", registry)
         with serving(create_app(pilot, ServeConfig(model_name="tiny", api_key=KEY, max_new_tokens=64))) as url:
             client = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
