@@ -185,7 +185,7 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequen
     return _loaded(array, bands, name)
 
 
-def _rasterio_available() -> bool:
+def rasterio_available() -> bool:
     try:
         import rasterio  # noqa: F401
     except ImportError:
@@ -213,7 +213,7 @@ def load_image(
         return _loaded(pixels, bands, "array")
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        if data[:4] in TIFF_MAGIC and _rasterio_available():
+        if data[:4] in TIFF_MAGIC and rasterio_available():
             from geopilot.raster import open_raster
 
             return open_raster(data, "image bytes", max_pixels, bands)
@@ -227,7 +227,7 @@ def load_image(
         raise ImageInputError(f"{path}: is a directory, not an image file")
     if not path.is_file():
         raise ImageInputError(f"image not found: {path}")
-    if path.suffix.lower() in GEOTIFF_SUFFIXES and _rasterio_available():
+    if path.suffix.lower() in GEOTIFF_SUFFIXES and rasterio_available():
         from geopilot.raster import open_raster
 
         return open_raster(path, str(path), max_pixels, bands)

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from PIL import Image, UnidentifiedImageError
 
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError
-from geopilot.image import check_size
+from geopilot.image import TIFF_MAGIC, check_size, rasterio_available
 from geopilot.network import host_name
 
 
@@ -140,7 +140,11 @@ def decode_base64_image(data: str) -> bytes:
 
 def check_image(data: bytes, max_pixels: int) -> None:
     """400 for bytes that are not an image, 413 for an image over the size rule of `geopilot.image` (header only,
-    nothing decoded): more pixels than `max_pixels`, a padded square over it, or over Pillow's bomb limit."""
+    nothing decoded): more pixels than `max_pixels`, a padded square over it, or over Pillow's bomb limit. A TIFF
+    is left to rasterio (Pillow reads no TIFF of more than 4 bands, e.g. Sentinel-2's 13), which applies the same
+    rule when it opens the header: a larger scene is read decimated, never whole."""
+    if data[:4] in TIFF_MAGIC and rasterio_available():
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size rule below is the one that counts
         try:

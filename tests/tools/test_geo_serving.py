@@ -32,6 +32,15 @@ def test_api_bands_pick_the_bands_of_geotiff_bytes(tmp_path):
     assert refused.value.status == 400
 
 
+def test_a_thirteen_band_geotiff_is_served_as_its_rgb_bands(tmp_path):
+    """Pillow reads no TIFF of more than 4 bands: the header check leaves TIFFs to rasterio, so a Sentinel-2-style
+    file is not refused as "not an image"."""
+    names = ["B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12"]
+    tif = write_tif(tmp_path / "s2.tif", distinct_bands(13), descriptions=names).read_bytes()
+    request = chat_request(QUESTION, tif, 10**8)
+    assert request["image"].bands.bands == (4, 3, 2)
+
+
 def test_the_geopilot_field_carries_the_geojson(tmp_path):
     image = chat_request(QUESTION, write_scene(tmp_path / "scene.tif").read_bytes(), 10**8)["image"]
     options = DetectorOptions(tile_size=256, tile_overlap=64, score_threshold=0.0)
