@@ -11,6 +11,8 @@ by default); everything else is required. A bad line is rejected with its line n
 from __future__ import annotations
 
 import hashlib
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +122,13 @@ class CaseSet(BaseModel):
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_case_file(out: Path, cases: list[dict], version: str, count_by: tuple[str, ...]) -> dict:
+    """Write `cases` as JSONL to `out`; return the frozen set's manifest (version, file, sha256, counts by key)."""
+    out.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
+    counts = {f"by_{key}": dict(Counter(c[key] for c in cases)) for key in count_by}
+    return {"version": version, "file": out.name, "sha256": file_sha256(out), "cases": len(cases), **counts}
 
 
 def load_cases(path: str | Path, check_images: bool = True) -> CaseSet:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from geopilot.eval.cases import file_sha256
+from geopilot.eval.cases import write_case_file
 from geopilot.vocabulary import canonical_class, dataset_classes
 
 VERSION = "chains_v1"
@@ -278,16 +278,7 @@ def write_chains(out: str | Path) -> dict:
     annotations = out.with_name(out.stem + ".annotations.json")
     annotations.write_text(json.dumps(_records(optical, sar), indent=1) + "\n", encoding="utf-8")
     cases = build_chain_cases(optical, sar)
-    out.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
-    count = lambda key: {v: sum(1 for c in cases if c[key] == v) for v in dict.fromkeys(c[key] for c in cases)}  # noqa: E731
-    return {
-        "version": VERSION,
-        "file": out.name,
-        "sha256": file_sha256(out),
-        "cases": len(cases),
-        "by_category": count("category"),
-        "by_modality": count("modality"),
-    }
+    return write_case_file(out, cases, VERSION, ("category", "modality"))
 
 
 def frozen_manifest() -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.eval.cases import file_sha256
+from geopilot.eval.cases import write_case_file
 
 VERSION = "planning_v1"
 DATA = Path(str(resources.files("geopilot.eval") / "data"))
@@ -406,17 +406,7 @@ def write_planning(images: str | Path, out: str | Path) -> dict:
     out = Path(out)
     cases = build_planning_cases(images, out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(case, ensure_ascii=False) + "\n" for case in cases), encoding="utf-8")
-    count = lambda key: {v: sum(1 for c in cases if c[key] == v) for v in dict.fromkeys(c[key] for c in cases)}  # noqa: E731
-    return {
-        "version": VERSION,
-        "file": out.name,
-        "sha256": file_sha256(out),
-        "cases": len(cases),
-        "by_category": count("category"),
-        "by_difficulty": count("difficulty"),
-        "by_modality": count("modality"),
-    }
+    return write_case_file(out, cases, VERSION, ("category", "difficulty", "modality"))
 
 
 def frozen_manifest() -> dict:
