@@ -12,11 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+from geopilot.cli import Command
 from geopilot.config import add_override_arguments, load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["check"], help="check: read every source of a generation config")
     parser.add_argument("--config", required=True, type=Path, help="YAML generation config (see configs/data_gen/)")
     parser.add_argument("--json", action="store_true", help="print the check as JSON")
     add_override_arguments(parser, "max_skip_fraction=0.3")
@@ -33,3 +33,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"geopilot data check: error: {failure}", file=sys.stderr)
         return 2
     return 0
+
+
+COMMANDS = {"check": Command("read every source of a generation config, generate nothing", add_arguments, run)}

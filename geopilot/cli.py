@@ -52,19 +52,20 @@ COMMANDS: dict[str, tuple[str, str] | Group] = {
     "init-model": ("geopilot.commands.init_model", "build a LLaVA-1.5 model + processor in llava-hf layout"),
     "inspect": ("geopilot.commands.inspect", "show what each sample trains on (token counts, labelled spans)"),
     "chat": ("geopilot.commands.chat", "ask a question about an image (plans, runs tools, answers)"),
-    "image": ("geopilot.commands.image", "`image info FILE`: bands shown, modality, CRS, footprint, decimation"),
-    "tools": ("geopilot.tools.cli", "list the task-level tools, or run one on an image"),
-    "weights": (
-        "geopilot.commands.weights",
-        "check the specialist weights every configured tool needs (`weights check`)",
-    ),
+    "image": Group("geopilot.commands.image", "`image info FILE`: bands shown, modality, CRS, footprint, decimation"),
+    "tools": Group("geopilot.tools.cli", "list the task-level tools, or run one on an image"),
+    "weights": Group("geopilot.commands.weights", "check the weights every configured tool needs (`weights check`)"),
     "mcp": ("geopilot.tools.mcp_server", "serve the tools over MCP (stdio or streamable HTTP)"),
-    "geo": ("geopilot.tools.geo_cli", "`geo export`: a saved tool output -> GeoJSON (WGS 84), GeoPackage or class COG"),
+    "geo": Group(
+        "geopilot.tools.geo_cli", "`geo export`: a saved tool output -> GeoJSON (WGS 84), GeoPackage or class COG"
+    ),
     "synth": ("geopilot.data_gen.synth_cli", "write synthetic optical/SAR scenes with annotations in real formats"),
-    "data": ("geopilot.data_gen.data_cli", "`data check`: read every source of a generation config, generate nothing"),
+    "data": Group(
+        "geopilot.data_gen.data_cli", "`data check`: read every source of a generation config, generate nothing"
+    ),
     "generate": ("geopilot.data_gen.generate_cli", "generate tool-trace training data from dataset annotations"),
     "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
-    "indicators": ("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
+    "indicators": Group("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
     "eval": Group("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), tasks, leaderboards"),
     "ablate-alpha": (
         "geopilot.eval.ablate_alpha",
@@ -142,5 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m geopilot.cli`: the imported module's main, whose Command/Group the tables use
+    from geopilot import cli
+
+    sys.exit(cli.main())

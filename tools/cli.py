@@ -22,38 +22,39 @@ from pathlib import Path
 
 from geopilot.argtypes import add_tools_config_argument
 from geopilot.argtypes import bands as bands_type
+from geopilot.cli import Command
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import parse_json_object
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    add_tools_config_argument(common, old_names=("--config",))
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--catalog", default=None, help="an indicator catalogue (YAML): its image-free tools instead")
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{list,run}")
-    list_parser = sub.add_parser("list", parents=[common], help="the tools, their backends and whether they are ready")
-    add_override_arguments(list_parser, "device=cpu")
-    run_parser = sub.add_parser("run", parents=[common], help="run one tool on one image")
-    run_parser.add_argument("tool", help="task-level tool name, e.g. detect_objects")
-    add_override_arguments(run_parser, "device=cpu tools.remove_clouds.options.variant=RICE2")
-    run_parser.add_argument("--image", default=None, help="image file (PNG/JPEG/TIFF/GeoTIFF); not with --catalog")
-    run_parser.add_argument(
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    add_tools_config_argument(parser, old_names=("--config",))
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--catalog", default=None, help="an indicator catalogue (YAML): its image-free tools instead")
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common_arguments(parser)
+    add_override_arguments(parser, "device=cpu")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common_arguments(parser)
+    parser.add_argument("tool", help="task-level tool name, e.g. detect_objects")
+    add_override_arguments(parser, "device=cpu tools.remove_clouds.options.variant=RICE2")
+    parser.add_argument("--image", default=None, help="image file (PNG/JPEG/TIFF/GeoTIFF); not with --catalog")
+    parser.add_argument(
         "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
     )
-    run_parser.add_argument(
+    parser.add_argument(
         "--out", default=None, help="folder for output.json, artefacts and, on a GeoTIFF, .geojson/.gpkg/classes.tif"
     )
-    run_parser.add_argument("--bands", type=bands_type, default=None, help="band numbers shown as RGB, e.g. 4,3,2")
-    run_parser.add_argument("--class-polygons", action="store_true", help="semantic classes also as polygons")
+    parser.add_argument("--bands", type=bands_type, default=None, help="band numbers shown as RGB, e.g. 4,3,2")
+    parser.add_argument("--class-polygons", action="store_true", help="semantic classes also as polygons")
 
 
-def run(args: argparse.Namespace) -> int:
-    return _list(args) if args.action == "list" else _run(args)
-
-
-def _list(args: argparse.Namespace) -> int:
+def list_tools(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import binding_precision, binding_status, build_registry, load_tools_config
 
     rows = []
@@ -82,7 +83,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def run_tool(args: argparse.Namespace) -> int:
     from geopilot.image import load_image
     from geopilot.sample import Action
     from geopilot.tool_output import llm_view
@@ -154,3 +155,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"geopilot tools run: error: {result.error}", file=sys.stderr)
         return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality") else 1
     return 0
+
+
+COMMANDS = {
+    "list": Command("the tools, their backends and whether they are ready", add_list_arguments, list_tools),
+    "run": Command("run one tool on one image", add_run_arguments, run_tool),
+}

@@ -13,16 +13,15 @@ import argparse
 import json
 from pathlib import Path
 
+from geopilot.cli import Command
 from geopilot.errors import GeoPilotInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{export}")
-    export = sub.add_parser("export", help="a saved tool output -> .geojson (WGS 84), .gpkg (native CRS) or .tif")
-    export.add_argument("--image", required=True, help="the GeoTIFF the tool ran on")
-    export.add_argument("--output", required=True, help="the tool output JSON (`geopilot tools run --json`)")
-    export.add_argument("--out", required=True, help="file to write: .geojson, .gpkg or .tif")
-    export.add_argument("--class-polygons", action="store_true", help="also write semantic classes as polygons")
+    parser.add_argument("--image", required=True, help="the GeoTIFF the tool ran on")
+    parser.add_argument("--output", required=True, help="the tool output JSON (`geopilot tools run --json`)")
+    parser.add_argument("--out", required=True, help="file to write: .geojson, .gpkg or .tif")
+    parser.add_argument("--class-polygons", action="store_true", help="also write semantic classes as polygons")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,3 +61,8 @@ def read_tool_output(path: Path):
     except ValidationError as err:
         raise GeoPilotInputError(f"--output {path}: {describe_validation_error(err)}") from None
     return (str(data["tool"]) if report else "tool"), output
+
+
+COMMANDS = {
+    "export": Command("a saved tool output -> .geojson (WGS 84), .gpkg (native CRS) or .tif", add_arguments, run)
+}

@@ -19,16 +19,15 @@ import sys
 from pathlib import Path
 
 from geopilot.argtypes import bands as bands_type
+from geopilot.cli import Command
 
 EARTH_RADIUS_M = 6_371_008.8  # mean radius (IUGG)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{info}")
-    info = sub.add_parser("info", help="size, bands shown, modality, CRS, footprint and decimation of an image")
-    info.add_argument("file", help="image file (GeoTIFF, PNG, JPEG, TIFF, WebP)")
-    info.add_argument("--bands", type=bands_type, default=None, help="band numbers to show, e.g. 4,3,2")
-    info.add_argument("--json", action="store_true", help="one JSON object")
+    parser.add_argument("file", help="image file (GeoTIFF, PNG, JPEG, TIFF, WebP)")
+    parser.add_argument("--bands", type=bands_type, default=None, help="band numbers to show, e.g. 4,3,2")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,3 +120,8 @@ def _haversine_m(lon1: float, lat1: float, lon2: float, lat2: float) -> float:
     p1, p2 = math.radians(lat1), math.radians(lat2)
     a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
     return 2 * EARTH_RADIUS_M * math.asin(math.sqrt(a))
+
+
+COMMANDS = {
+    "info": Command("size, bands shown, modality, CRS, footprint and decimation of an image", add_arguments, run)
+}

@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from geopilot.cli import Command
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{check}")
-    check = sub.add_parser("check", help="check the weights every configured backend needs (no model is loaded)")
-    check.add_argument("--tools-config", default=None, help="tools YAML (default: configs/tools.yaml)")
-    check.add_argument("--json", action="store_true", help="one JSON object per backend")
+    parser.add_argument("--tools-config", default=None, help="tools YAML (default: configs/tools.yaml)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per backend")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,3 +52,8 @@ def run(args: argparse.Namespace) -> int:
             if entry["detail"]:
                 print(f"{'':<12} {entry['detail']}")
     return 0 if all(entry["status"] == "present" for entry in report) else 2
+
+
+COMMANDS = {
+    "check": Command("check the weights every configured backend needs (no model is loaded)", add_arguments, run)
+}

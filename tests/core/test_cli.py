@@ -117,3 +117,6 @@ def test_console_script_runs_as_a_subprocess():
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "geopilot inspect: error: data file not found: /nonexistent.jsonl"
+    for group_command in (["tools", "list", "--help"], ["eval", "rsvqa-lr", "--help"]):  # tables of Commands
+        done = subprocess.run([sys.executable, "-m", "geopilot.cli", *group_command], capture_output=True, text=True)
+        assert done.returncode == 0 and "usage: geopilot " + " ".join(group_command[:2]) in done.stdout, done.stderr

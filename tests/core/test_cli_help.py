@@ -12,10 +12,8 @@ from geopilot.cli import _Parser, main, walk
 
 def _options(parser: argparse.ArgumentParser, where: str):
     for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _options(sub, f"{where} {name}")
-        elif action.option_strings and action.dest != "help":
+        assert not isinstance(action, argparse._SubParsersAction), f"{where}: subcommands go in a COMMANDS table"
+        if action.option_strings and action.dest != "help":
             yield where, action, parser
 
 

@@ -142,10 +142,11 @@ def _train_module():
 
 
 def _command_parser(name: str) -> argparse.ArgumentParser:
-    from geopilot.cli import COMMANDS
+    from geopilot.cli import walk
 
+    holder = next(holder for prog, _, holder in walk() if prog == f"geopilot {name}")
     parser = argparse.ArgumentParser(prog=f"geopilot {name}", exit_on_error=False)
-    importlib.import_module(COMMANDS[name][0]).add_arguments(parser)
+    holder.add_arguments(parser)
     return parser
 
 
@@ -153,7 +154,7 @@ def _command_parser(name: str) -> argparse.ArgumentParser:
 COMMAND_LINES = {
     "init-model": ["--config", "c.yaml", "a.b=1", "--out", "o", "c=[x, y]", "--json"],
     "generate": ["--config", "c.yaml", "a.b=1", "--out", "o", "c=[x, y]", "--quiet"],
-    "tools": ["run", "detect_objects", "a.b=1", "--image", "i.png", "c=[x, y]", "--json"],
+    "tools run": ["detect_objects", "a.b=1", "--image", "i.png", "c=[x, y]", "--json"],
     "mcp": ["--transport", "stdio", "a.b=1", "--config", "t.yaml", "c=[x, y]"],
 }
 
@@ -168,8 +169,8 @@ def test_train_and_tools_list_take_the_same_overrides():
     train = _train_module()
     args = train.parse_args(["a.b=1", "--config", "c.yaml", "c=[x, y]"])
     assert (args.config, args.overrides) == ("c.yaml", ["a.b=1", "c=[x, y]"])
-    args = parse_command_line(_command_parser("tools"), ["list", "--json", "device=cpu"])
-    assert (args.action, args.json, args.overrides) == ("list", True, ["device=cpu"])
+    args = parse_command_line(_command_parser("tools list"), ["--json", "device=cpu"])
+    assert (args.json, args.overrides) == (True, ["device=cpu"])
 
 
 def test_set_flag_and_stray_words_are_usage_errors(capsys, tmp_path):

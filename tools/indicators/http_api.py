@@ -25,6 +25,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel
 
 from geopilot.argtypes import port
+from geopilot.cli import Command
 from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
@@ -130,13 +131,11 @@ def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel], 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{serve}")
-    serve = sub.add_parser("serve", help="serve the indicator tools over HTTP (OpenAPI at /docs and /openapi.json)")
-    serve.add_argument("--catalog", required=True, help="layer + area catalogue (YAML)")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
-    serve.add_argument("--port", type=port, default=8790, help="port (default: %(default)s)")
-    serve.add_argument("--artifacts-dir", default=None, help="where charts are written (default: a private temp dir)")
-    serve.add_argument(
+    parser.add_argument("--catalog", required=True, help="layer + area catalogue (YAML)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
+    parser.add_argument("--port", type=port, default=8790, help="port (default: %(default)s)")
+    parser.add_argument("--artifacts-dir", default=None, help="where charts are written (default: a private temp dir)")
+    parser.add_argument(
         "--api-key", default=None, help=f"the bearer token every request must carry (default: env {API_KEY_ENV})"
     )
 
@@ -150,3 +149,8 @@ def run(args: argparse.Namespace) -> int:
     registry = build_indicator_registry(Path(args.catalog), args.artifacts_dir)
     uvicorn.run(create_app(registry, api_key=key), host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+COMMANDS = {
+    "serve": Command("serve the indicator tools over HTTP (OpenAPI at /docs and /openapi.json)", add_arguments, run)
+}
