@@ -108,7 +108,8 @@ class MultiScaleDeformableAttention(nn.Module):
         if reference_points.shape[-1] == 2:
             offset_normalizer = torch.stack([spatial_shapes[..., 1], spatial_shapes[..., 0]], -1)
             sampling_locations = (
-                reference_points[:, :, None, :, None, :] + sampling_offsets / offset_normalizer[None, None, None, :, None]
+                reference_points[:, :, None, :, None, :]
+                + sampling_offsets / offset_normalizer[None, None, None, :, None]
             )
         else:
             sampling_locations = (
@@ -443,7 +444,6 @@ class DeformableDetrTransformerEncoderLayer(nn.Module):
         return self.norms[1](self.ffn(self.norms[0](query)))
 
 
-
 class DetrTransformerEncoderLayer(nn.Module):
     """detr_layers.py L162-238: the text layer (MHA with HEADS // 2 heads, FFN TEXT_FFN)."""
 
@@ -594,8 +594,9 @@ class GroundingDinoTransformerDecoderLayer(nn.Module):
                 **kwargs):  # fmt: skip
         query = self.norms[0](self.self_attn(query, query_pos=query_pos, key_pos=query_pos, attn_mask=self_attn_mask))
         query = self.norms[1](
-            self.cross_attn_text(query, key=memory_text, value=memory_text, query_pos=query_pos,
-                                 key_padding_mask=text_attention_mask)  # fmt: skip
+            self.cross_attn_text(
+                query, key=memory_text, value=memory_text, query_pos=query_pos, key_padding_mask=text_attention_mask
+            )  # fmt: skip
         )
         query = self.norms[2](
             self.cross_attn(query, value=value, query_pos=query_pos, key_padding_mask=key_padding_mask, **kwargs)
