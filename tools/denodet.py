@@ -59,6 +59,11 @@ REG_MAX = 16
 
 
 METAINFO_CLASSES = ("ship", "aircraft", "car", "tank", "bridge", "harbor")  # groksar/datasets/SAR_Det.py L17
+# SARDet-100K's own `category_id`s, as published use of the dataset's Annotations/*.json shows them: the PRCV 2024
+# SARDet-100K challenge's first-place code (dou3516/PRCV2024_SARDet100k_Top1_solution) writes each annotation's
+# `category_id` unchanged as the YOLO class (converter.py `cls = ann["category_id"]`) and names those classes
+# 0 ship ... 5 harbor (ultralytics/cfg/datasets/SARDet.yaml). Listed in id order, mmdet's labels are METAINFO's.
+SARDET100K_CATEGORY_IDS = {0: "ship", 1: "aircraft", 2: "car", 3: "tank", 4: "bridge", 5: "harbor"}
 
 
 def sardet_classes(annotation_file: str | Path | None = None) -> list[str]:

@@ -18,7 +18,8 @@ Inference follows mmdet's `custom_entities` path: categories are joined with " .
 score is the mean sigmoid over its tokens, the top `max_per_image` (query, category) pairs are kept; chunk results
 are merged by score. `box_threshold` applies to that score; `text_threshold` additionally needs one of the
 category's tokens to reach it (Grounding DINO's phrase rule). Preprocessing: short side 800, long side <= 1333,
-ImageNet mean/std (PIL bilinear resize; upstream uses cv2 bilinear, so pixels may differ slightly).
+ImageNet mean/std, resized as upstream's test pipeline (mmcv `imrescale`, cv2 bilinear on the 8-bit image).
+Box refinement in the decoder clamps as mmdet's (`geopilot.tools.lae_dino_decoder`).
 
 Weights: the upstream mmdet checkpoint (`lae_dino_swint_lae1m-28ca3a15.pth`, mapped by
 `geopilot.tools.lae_dino_keymap`) or a safetensors file with our own names, plus a local BERT vocab
@@ -46,6 +47,8 @@ from geopilot.tool_output import Detection
 from geopilot.tools import weights as local_weights
 from geopilot.tools.adapters import LaeDinoOptions
 from geopilot.tools.canonical import unit_box
+from geopilot.tools.cv2_resize import resize_bilinear_uint8
+from geopilot.tools.lae_dino_decoder import MmdetRefineDecoder
 from geopilot.tools.lae_dino_keymap import UNUSED_LOCAL, convert_mmdet_state_dict, is_mmdet_state_dict
 
 BACKEND = "lae_dino"
@@ -150,6 +153,9 @@ class LaeDinoForObjectDetection(GroundingDinoForObjectDetection):
             raise ValueError("LAE-DINO has per-layer box branches: use decoder_bbox_embed_share=False")
         super().__init__(config)
         self.model.encoder = VisGTEncoder(config)
+        decoder = MmdetRefineDecoder(config)
+        decoder.bbox_embed = self.model.decoder.bbox_embed
+        self.model.decoder = decoder
         self.class_embed = nn.ModuleList(
             [LearnableScaleContrastiveEmbedding(config.max_text_len) for _ in range(config.decoder_layers)]
         )
@@ -327,7 +333,8 @@ class LaeDino:
         width, height = image.size
         scale = min(o.short_side / min(width, height), o.max_long_side / max(width, height))
         size = (max(1, int(width * scale + 0.5)), max(1, int(height * scale + 0.5)))
-        array = np.asarray(image.convert("RGB").resize(size, Image.Resampling.BILINEAR), dtype=np.float32)
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
+        array = resize_bilinear_uint8(rgb, *size).astype(np.float32)  # upstream: mmcv imrescale, cv2 backend
         array = (array - np.array(IMAGENET_MEAN, dtype=np.float32)) / np.array(IMAGENET_STD, dtype=np.float32)
         dtype = next(self.model.parameters()).dtype
         return torch.from_numpy(array).permute(2, 0, 1)[None].to(self.device, dtype)

@@ -11,7 +11,15 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.adapters import DetectorAdapter, SarDetectorOptions
-from geopilot.tools.denodet import DenoDet, TransDeno, decode_gfl, sardet_classes
+from geopilot.tools.denodet import (
+    METAINFO_CLASSES,
+    SARDET100K_CATEGORY_IDS,
+    DenoDet,
+    TransDeno,
+    decode_gfl,
+    mmdet_label_order,
+    sardet_classes,
+)
 from geopilot.tools.tasks import SarDetectAllParams
 from geopilot.tools.tiling import tile_windows
 
@@ -136,6 +144,18 @@ def test_label_order_follows_the_annotation_json_as_mmdet_numbers_it(tmp_path):
         "bridge",
         "harbor",
     ]
+
+
+def test_default_order_is_sardet100k_published_category_ids(tmp_path):
+    """A train.json with SARDet-100K's published ids (0 ship ... 5 harbor), listed in id order, numbers the labels
+    as the default does; so the default needs no annotation file for the released annotations."""
+    import json
+
+    path = tmp_path / "train.json"
+    categories = [{"id": i, "name": n} for i, n in sorted(SARDET100K_CATEGORY_IDS.items())]
+    path.write_text(json.dumps({"images": [], "annotations": [], "categories": categories}))
+    assert mmdet_label_order(path, METAINFO_CLASSES) == list(METAINFO_CLASSES)
+    assert sardet_classes(path) == sardet_classes() == DenoDet.tiny(seed=0, input_size=64).classes
 
 
 def test_an_annotation_file_without_the_six_classes_is_one_clear_error(tmp_path):
