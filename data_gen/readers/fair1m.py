@@ -12,7 +12,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
-    MALFORMED_FILE,
     MALFORMED_LINE,
     DatasetRootError,
     ReadResult,
@@ -21,9 +20,10 @@ from geopilot.data_gen.readers.common import (
     class_label,
     find_image,
     finish,
-    parse_xml,
     polygon_object,
+    read_xml,
     require_dir,
+    xml_objects,
 )
 from geopilot.records import AnnotationRecord, ReadReport
 
@@ -36,12 +36,7 @@ def _point(text: str | None) -> tuple[float, float]:
 
 
 def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report, name: str) -> None:
-    for index, obj in enumerate(xml_root.iter("object")):
-        where = f"{name} object {index}"
-        raw = (obj.findtext("possibleresult/name") or "").strip()
-        if not raw:
-            report.skip(MALFORMED_LINE, f"{where}: no possibleresult/name")
-            continue
+    for obj, raw, where in xml_objects(xml_root, "possibleresult/name", name, report):
         coordinate = (obj.findtext("coordinate") or "pixel").strip().lower()
         try:
             if coordinate != "pixel":
@@ -64,10 +59,8 @@ def read_fair1m(root: Path, split: str = "train") -> ReadResult:
     report = ReadReport()
     for label_dir in label_dirs:
         for xml_path in sorted(label_dir.glob("*.xml")):
-            try:
-                xml_root = parse_xml(xml_path)
-            except ValueError as err:
-                report.skip(MALFORMED_FILE, str(err))
+            xml_root = read_xml(xml_path, report)
+            if xml_root is None:
                 continue
             images = label_dir.parent / "images"
             found = find_image(images, xml_path.stem) or images / f"{xml_path.stem}.tif"
