@@ -155,6 +155,11 @@ def param_check_holds(check: ParamCheck, params: dict) -> bool:
     return any(_contains(value, alternative) for alternative in check.value)  # any_of
 
 
+def _no_calls_check(name: str, category: str, calls: list) -> Check:
+    """Passes when there are no such calls; the detail is each call's error (or its tool's name)."""
+    return Check(name=name, category=category, passed=not calls, detail="; ".join(c.error or c.tool for c in calls))
+
+
 def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
     checks = []
     unknown = sorted({c.tool for c in run.calls if c.error_kind == "unknown_tool"})
@@ -175,14 +180,7 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         ordered = first_seen == [t for t in dict.fromkeys(case.expected_tools) if t in first_seen]
         checks.append(Check(name="tool_order", category="wrong_order", passed=ordered, detail=" -> ".join(first_seen)))
     invalid = [c for c in run.calls if c.tool in case.expected_tools and c.error_kind == "invalid_params"]
-    checks.append(
-        Check(
-            name="params_valid",
-            category="invalid_params",
-            passed=not invalid,
-            detail="; ".join(c.error or c.tool for c in invalid),
-        )
-    )
+    checks.append(_no_calls_check("params_valid", "invalid_params", invalid))
     for check in case.param_checks:
         candidates = [c.params for c in run.calls if c.tool == check.tool and c.ok]
         holds = any(param_check_holds(check, params) for params in candidates)
@@ -200,14 +198,7 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         and c.error_kind in RUNTIME_FAILURES
         and not (case.expect_tool_errors and c.error_kind == "tool_error")
     ]
-    checks.append(
-        Check(
-            name="tools_ran",
-            category="tool_failed",
-            passed=not failed,
-            detail="; ".join(c.error or c.tool for c in failed),
-        )
-    )
+    checks.append(_no_calls_check("tools_ran", "tool_failed", failed))
     return checks
 
 
