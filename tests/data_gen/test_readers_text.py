@@ -41,19 +41,23 @@ def entry(image_name: str, *turns: dict, record_id: str | None = None) -> dict:
     return {"id": record_id or Path(image_name).stem, "image": image_name, "conversations": list(turns)}
 
 
+def read_one(tmp_path: Path, image_name: str, *turns: dict, size: tuple[int, int] = (100, 100)):
+    """One entry, its image at images/<image_name>, read back: (its one record, the report)."""
+    image(tmp_path / "images" / image_name, *size)
+    (record,), report = read_geochat(geochat(tmp_path, entry(image_name, *turns)))
+    return record, report
+
+
 def test_geochat_refer_boxes_on_the_0_100_grid_with_negative_theta_and_concatenated_boxes(tmp_path):
-    image(tmp_path / "images/P0003_0004.png", 200, 100)
-    root = geochat(
+    record, report = read_one(
         tmp_path,
-        entry(
-            "P0003_0004.png",
-            human("<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"),
-            gpt("{<12><40><15><44>|<0>}{<20><40><30><60>|<-90>}"),
-            human("[identify] What is the object present at {<60><10><80><30>|<0>}"),
-            gpt("A white storage tank."),
-        ),
+        "P0003_0004.png",
+        human("<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"),
+        gpt("{<12><40><15><44>|<0>}{<20><40><30><60>|<-90>}"),
+        human("[identify] What is the object present at {<60><10><80><30>|<0>}"),
+        gpt("A white storage tank."),
+        size=(200, 100),
     )
-    (record,), report = read_geochat(root)
     assert report.skipped == {}
     assert record.width == 200 and record.source == "GeoChat-Instruct" and record.record_id == "P0003_0004"
     small, rotated, region = record.objects
@@ -70,16 +74,12 @@ def test_geochat_refer_boxes_on_the_0_100_grid_with_negative_theta_and_concatena
 
 
 def test_geochat_rotation_changes_the_box_in_pixel_space(tmp_path):
-    image(tmp_path / "images/a.png", 100, 100)
-    root = geochat(
+    record, _ = read_one(
         tmp_path,
-        entry(
-            "a.png",
-            human("[grounding] Describe the image in detail"),
-            gpt("There is <p>a long ship</p> {<40><45><60><55>|<45>} near the pier."),
-        ),
+        "a.png",
+        human("[grounding] Describe the image in detail"),
+        gpt("There is <p>a long ship</p> {<40><45><60><55>|<45>} near the pier."),
     )
-    (record,), _ = read_geochat(root)
     (ship,) = record.objects
     half = (10 * math.cos(math.pi / 4) + 5 * math.sin(math.pi / 4)) / 100  # rotated 20 x 10 box, half extent
     assert ship.box == pytest.approx((0.5 - half, 0.5 - half, 0.5 + half, 0.5 + half))
@@ -92,16 +92,13 @@ def test_geochat_rotation_is_clockwise_on_screen(tmp_path, theta):
     """GeoChat's own box-to-polygon helper (`bbox_and_angle_to_polygon`, geochat_demo.py, quoted in GeoChat issue
     #32): corners about the centre through [[cos, -sin], [sin, cos]] in image coordinates (y down), i.e. positive
     theta turns the box clockwise on screen; real GeoChat-Bench rows fit this reading (IoU 0.873 vs 0.504)."""
-    image(tmp_path / "images/a.png", 200, 100)
-    root = geochat(
+    record, _ = read_one(
         tmp_path,
-        entry(
-            "a.png",
-            human("[refer] give me the location of <p>the long ship</p>"),
-            gpt(f"{{<40><45><60><55>|<{theta}>}}"),
-        ),
+        "a.png",
+        human("[refer] give me the location of <p>the long ship</p>"),
+        gpt(f"{{<40><45><60><55>|<{theta}>}}"),
+        size=(200, 100),
     )
-    (record,), _ = read_geochat(root)
     (ship,) = record.objects
     left, top, right, bottom = 80.0, 45.0, 120.0, 55.0  # the 0-100 grid scaled to 200 x 100 px
     cx, cy, a = (left + right) / 2, (top + bottom) / 2, math.radians(theta)
@@ -138,16 +135,12 @@ def test_geochat_real_data_variants_clipped_grid_delim_answers_and_the_released_
 
 
 def test_geochat_phrase_that_is_a_class_name_becomes_canonical(tmp_path):
-    image(tmp_path / "images/a.png")
-    root = geochat(
+    record, _ = read_one(
         tmp_path,
-        entry(
-            "a.png",
-            human("[grounding] Describe the image"),
-            gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
-        ),
+        "a.png",
+        human("[grounding] Describe the image"),
+        gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
     )
-    (record,), _ = read_geochat(root)
     assert [o.label for o in record.objects] == ["storage tank", "a pier"]
     assert [r.expression for r in record.referring] == ["Storage-Tanks", "a pier"]  # expressions stay as written
 
