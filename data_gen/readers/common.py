@@ -264,6 +264,23 @@ def add_object(record: AnnotationRecord, made: ObjectAnnotation | str, report: R
         record.objects.append(made)
 
 
+def add_polygon(
+    record: AnnotationRecord,
+    raw_class: str,
+    dataset: str,
+    points_px: list[tuple[float, float]],
+    report: ReadReport,
+    where: str,
+    difficult: bool = False,
+) -> None:
+    """A polygon in pixels under a source class name -> one more object of `record`, or the skip counted (a class
+    name that cannot be used, a degenerate polygon)."""
+    label = class_label(raw_class, dataset, report, where)
+    if label is not None:
+        made = polygon_object(points_px, record.width, record.height, label, difficult=difficult)
+        add_object(record, made, report, where)
+
+
 def mask_to_rle(mask: np.ndarray) -> dict:
     """Boolean (H, W) mask -> COCO RLE with `counts` as str (pycocotools encodes Fortran-ordered uint8)."""
     from pycocotools import mask as mask_utils

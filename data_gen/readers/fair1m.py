@@ -15,12 +15,10 @@ from geopilot.data_gen.readers.common import (
     MALFORMED_LINE,
     DatasetRootError,
     ReadResult,
-    add_object,
+    add_polygon,
     checked_image,
-    class_label,
     find_image,
     finish,
-    polygon_object,
     read_xml,
     require_dir,
     xml_objects,
@@ -35,7 +33,7 @@ def _point(text: str | None) -> tuple[float, float]:
     return float(parts[0]), float(parts[1])
 
 
-def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report, name: str) -> None:
+def _parse_objects(xml_root: ET.Element, record, report, name: str) -> None:
     for obj, raw, where in xml_objects(xml_root, "possibleresult/name", name, report):
         coordinate = (obj.findtext("coordinate") or "pixel").strip().lower()
         try:
@@ -45,9 +43,7 @@ def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report
         except ValueError as err:
             report.skip(MALFORMED_LINE, f"{where}: {err}")
             continue
-        label = class_label(raw, "FAIR1M", report, where)
-        if label is not None:
-            add_object(record, polygon_object(points, width, height, label), report, where)
+        add_polygon(record, raw, "FAIR1M", points, report, where)
 
 
 def read_fair1m(root: Path, split: str = "train") -> ReadResult:
@@ -71,6 +67,6 @@ def read_fair1m(root: Path, split: str = "train") -> ReadResult:
             part = label_dir.parent.relative_to(split_dir).as_posix()
             record_id = xml_path.stem if part == "." else f"{part}/{xml_path.stem}"
             record = AnnotationRecord("FAIR1M", str(image_path), width, height, "optical", split, record_id)
-            _parse_objects(xml_root, width, height, record, report, xml_path.name)
+            _parse_objects(xml_root, record, report, xml_path.name)
             records.append(record)
     return finish(records, report)
