@@ -259,6 +259,15 @@ def chain_score(case: Case, run: AgentRun, checks: list[Check], passed: bool) ->
     return ChainScore(first_step=steps[0], second_step=second, both=steps[0] and second, answer=answer, chain=passed)
 
 
+def planning_metrics(case: Case, failing: set[str]) -> dict[str, bool | None]:
+    """A scored case's tsa, pa, nta and opa (see `Score`) from the categories of its failing checks."""
+    tsa = not (failing & SELECTION)
+    if not case.expected_tools:
+        return {"tsa": tsa, "pa": None, "nta": tsa, "opa": tsa}
+    pa = (not (failing & PARAMS)) if tsa else None
+    return {"tsa": tsa, "pa": pa, "nta": None, "opa": bool(tsa and pa)}
+
+
 def score(case: Case, run: AgentRun) -> Score:
     if run.infra_error is not None:
         check = Check(name="infra", category="infra_error", passed=False, detail=run.infra_error)
@@ -277,20 +286,11 @@ def score(case: Case, run: AgentRun) -> Score:
     checks += _tool_checks(case, run) + _answer_checks(case, run)
     failing = {check.category for check in checks if not check.passed}
     categories = [category for category in PRECEDENCE if category in failing]
-    tsa = not (failing & SELECTION)
-    if case.expected_tools:
-        pa = (not (failing & PARAMS)) if tsa else None
-        nta, opa = None, bool(tsa and pa)
-    else:
-        pa, nta, opa = None, tsa, tsa
     return Score(
         passed=not categories,
         category=categories[0] if categories else None,
         categories=categories,
         checks=checks,
-        tsa=tsa,
-        pa=pa,
-        nta=nta,
-        opa=opa,
         chain=chain_score(case, run, checks, not categories) if case.chain and case.expected_tools else None,
+        **planning_metrics(case, failing),
     )
