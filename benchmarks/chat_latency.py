@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import time
 
 import numpy as np
 import torch
+from output import emit  # benchmarks/output.py
 from PIL import Image
 from pydantic import BaseModel, ConfigDict
 from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folder is on sys.path when run as a script)
@@ -344,11 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         **summarize(rounds, args.max_spread),
         "rounds": rounds,
     }
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-    return 0
+    return emit(report, args.json, lambda: print_report(report))
 
 
 if __name__ == "__main__":

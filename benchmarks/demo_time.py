@@ -12,11 +12,12 @@ bound of what an idle 2-core laptop needs (docs/demo.md has the measured runs).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import time
 from pathlib import Path
+
+from output import emit  # benchmarks/output.py (this folder is on sys.path when run as a script)
 
 from geopilot.demo.run import read_results, run_demo
 from geopilot.demo.settings import DemoSettings, Layout
@@ -45,6 +46,30 @@ def one_run(out: Path, settings: DemoSettings) -> dict:
     }
 
 
+def print_text(report: dict) -> None:
+    first = report["runs"][0]
+    print(
+        f"machine: {report['cpus']} CPUs, torch threads {report['torch_threads']}, load average before "
+        f"{first['load_before']} after {first['load_after']}"
+    )
+    for phase, seconds in first["phases"].items():
+        print(f"  {phase:<9} {seconds:7.1f} s")
+    metrics = first["metrics"]
+    print(
+        f"total {report['minutes']:.1f} min (target <= {TARGET_MINUTES:g}): {'met' if report['time_target_met'] else 'NOT met'}"
+    )
+    print(
+        f"OPA {metrics['OPA']:.3f} (target >= {TARGET_OPA}): {'met' if report['opa_target_met'] else 'NOT met'}; "
+        f"TSA {metrics['TSA']:.3f} PA {metrics['PA']:.3f} NTA {metrics['NTA']:.3f}"
+    )
+    print(
+        f"routing {metrics['routing']['accuracy']:.3f} (target >= {TARGET_ROUTING}): "
+        f"{'met' if report['routing_target_met'] else 'NOT met'}"
+    )
+    if report["same_metrics"] is not None:  # --twice
+        print(f"same seed, same metrics: {report['same_metrics']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/bench_demo", help="scratch folder (deleted and rewritten)")
@@ -70,30 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "routing_target_met": first["metrics"]["routing"]["accuracy"] >= TARGET_ROUTING,
         "same_metrics": runs[0]["metrics"] == runs[1]["metrics"] if args.twice else None,
     }
-    if args.json:
-        print(json.dumps(report, indent=1))
-        return 0
-    print(
-        f"machine: {report['cpus']} CPUs, torch threads {settings.threads}, load average before "
-        f"{first['load_before']} after {first['load_after']}"
-    )
-    for phase, seconds in first["phases"].items():
-        print(f"  {phase:<9} {seconds:7.1f} s")
-    metrics = first["metrics"]
-    print(
-        f"total {report['minutes']:.1f} min (target <= {TARGET_MINUTES:g}): {'met' if report['time_target_met'] else 'NOT met'}"
-    )
-    print(
-        f"OPA {metrics['OPA']:.3f} (target >= {TARGET_OPA}): {'met' if report['opa_target_met'] else 'NOT met'}; "
-        f"TSA {metrics['TSA']:.3f} PA {metrics['PA']:.3f} NTA {metrics['NTA']:.3f}"
-    )
-    print(
-        f"routing {metrics['routing']['accuracy']:.3f} (target >= {TARGET_ROUTING}): "
-        f"{'met' if report['routing_target_met'] else 'NOT met'}"
-    )
-    if args.twice:
-        print(f"same seed, same metrics: {report['same_metrics']}")
-    return 0
+    return emit(report, args.json, lambda: print_text(report))
 
 
 if __name__ == "__main__":

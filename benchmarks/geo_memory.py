@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from output import emit  # benchmarks/output.py (this folder is on sys.path when run as a script)
 
 TARGET_RATIO = 3.0
 SPACING, SIDE, BRIGHT = 1000, 24, 20000  # planted objects: one SIDE px square every SPACING px, value BRIGHT
@@ -164,6 +165,19 @@ def run_child(path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def print_text(rows: dict, report: dict) -> None:
+    for name, row in rows.items():
+        print(
+            f"{name:<6} {row['size']:>6} px: peak RSS {row['peak_rss_mb']:.0f} MB (+{row['added_peak_mb']:.0f} MB over the "
+            f"warm baseline), picture {row['picture'][0]}x{row['picture'][1]}, bands {row['bands']}, "
+            f"{row['objects_found']}/{row['objects_planted']} objects, {row['seconds']} s"
+        )
+    print(
+        f"{report['pixels_ratio']:g}x the pixels: peak RSS ratio {report['peak_rss_ratio']}, added peak ratio "
+        f"{report['added_peak_ratio']} (target <= {TARGET_RATIO:g}): {'met' if report['met'] else 'NOT met'}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", type=int, default=20_000, help="side of the large scene, px")
@@ -195,20 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     report["met"] = report["added_peak_ratio"] <= TARGET_RATIO and all(
         r["objects_found"] == r["objects_planted"] for r in (small, large)
     )
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    for name, row in rows.items():
-        print(
-            f"{name:<6} {row['size']:>6} px: peak RSS {row['peak_rss_mb']:.0f} MB (+{row['added_peak_mb']:.0f} MB over the "
-            f"warm baseline), picture {row['picture'][0]}x{row['picture'][1]}, bands {row['bands']}, "
-            f"{row['objects_found']}/{row['objects_planted']} objects, {row['seconds']} s"
-        )
-    print(
-        f"{report['pixels_ratio']:g}x the pixels: peak RSS ratio {report['peak_rss_ratio']}, added peak ratio "
-        f"{report['added_peak_ratio']} (target <= {TARGET_RATIO:g}): {'met' if report['met'] else 'NOT met'}"
-    )
-    return 0
+    return emit(report, args.json, lambda: print_text(rows, report))
 
 
 if __name__ == "__main__":

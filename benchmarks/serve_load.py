@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import base64
 import io
-import json
 import os
 import socket
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import psutil
+from output import emit  # benchmarks/output.py
 from PIL import Image
 from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folder is on sys.path when run as a script)
 
@@ -155,6 +155,28 @@ def _tiny_model(directory: Path) -> Path:
     return out
 
 
+def print_text(report: dict, args: argparse.Namespace, model: str) -> None:
+    print(
+        f"{args.clients} clients x {args.seconds:g} s per server per round, {args.rounds} rounds, "
+        f"max_tokens {args.max_tokens}, model {model}"
+    )
+    print(f"{'':16}{'req/s':>10}{'p50 s':>10}{'p95 s':>10}{'503s':>8}{'errors':>8}")
+    for i, each in enumerate(report["rounds"], 1):
+        for name in report["rss"]:  # the servers, in the same order every round
+            r = each[name]
+            print(
+                f"{f'r{i} {name}':16}{r['req_per_s']:10.2f}{r['p50_s']:10.3f}{r['p95_s']:10.3f}"
+                f"{r['busy_503']:8d}{r['errors']:8d}"
+            )
+    for name, v in report["rss"].items():
+        print(
+            f"RSS {name}: {v['before_mb']:.0f} MB before, {v['after_mb']:.0f} MB after ({v['growth']:+.1%}; "
+            f"within 10%: {abs(v['growth']) <= RSS_TOLERANCE})"
+        )
+    for line in report["errors"]:
+        print("ERROR", line)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model directory (default: the tiny random model)")
@@ -233,28 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "errors": bad,
         "rss_within_10pct": all(abs(v["growth"]) <= RSS_TOLERANCE for v in rss.values()),
     }
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(
-            f"{args.clients} clients x {args.seconds:g} s per server per round, {args.rounds} rounds, "
-            f"max_tokens {args.max_tokens}, model {model.name}"
-        )
-        print(f"{'':16}{'req/s':>10}{'p50 s':>10}{'p95 s':>10}{'503s':>8}{'errors':>8}")
-        for i, each in enumerate(rounds, 1):
-            for name in servers:
-                r = each[name]
-                print(
-                    f"{f'r{i} {name}':16}{r['req_per_s']:10.2f}{r['p50_s']:10.3f}{r['p95_s']:10.3f}"
-                    f"{r['busy_503']:8d}{r['errors']:8d}"
-                )
-        for name, v in rss.items():
-            print(
-                f"RSS {name}: {v['before_mb']:.0f} MB before, {v['after_mb']:.0f} MB after ({v['growth']:+.1%}; "
-                f"within 10%: {abs(v['growth']) <= RSS_TOLERANCE})"
-            )
-        for line in bad:
-            print("ERROR", line)
+    emit(report, args.json, lambda: print_text(report, args, model.name))
     print(f"batching vs --max-batch 1: throughput {ratio.describe()}; target >= {TARGET:g}x: {verdict}")
     return 1 if bad else 0
 

@@ -12,13 +12,13 @@ the throughput verdict is "noisy, rerun" when the rounds disagree (benchmarks/ro
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from output import emit  # benchmarks/output.py
 from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folder is on sys.path when run as a script)
 
 from geopilot.model import ModelConfig, build_model, num_image_tokens
@@ -87,6 +87,24 @@ def summarize(runs: dict[str, list[dict]], max_spread: float = MAX_SPREAD) -> di
     }
 
 
+def print_text(summary: dict, lengths: list[int], repeats: int) -> None:
+    print(
+        f"device {summary['device']}, {summary['samples']} samples, batch {summary['batch_size']}, lengths "
+        f"{min(lengths)}-{max(lengths)} tokens"
+    )
+    print(f"median epoch of {repeats} rounds")
+    print(f"{'':26}{'useful frac':>12}{'useful tok/s':>14}{'all tok/s':>12}{'seconds':>10}")
+    for r in summary["results"]:
+        print(
+            f"{r['mode']:26}{r['useful_fraction']:12.3f}{r['useful_tokens_per_s']:14.0f}"
+            f"{r['processed_tokens_per_s']:12.0f}{r['seconds']:10.2f}"
+        )
+    print(f"useful fraction of grouped batches, target >= 0.90: {summary['target_useful_fraction']}")
+    ratio = Rounds(tuple(summary["throughput_ratio"]["rounds"]))
+    print(f"throughput ratio (useful tokens/s, grouped / random): {ratio.describe()}")
+    print(f"  target >= 1.3x: {summary['target_throughput_ratio']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=192)
@@ -118,25 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         **summarize(runs, args.max_spread),
     }
-    if args.json:
-        print(json.dumps(summary, indent=1))
-        return 0
-    print(
-        f"device {args.device}, {len(data.dataset)} samples, batch {args.batch_size}, lengths "
-        f"{min(data.dataset['length'])}-{max(data.dataset['length'])} tokens"
-    )
-    print(f"median epoch of {args.repeats} rounds")
-    print(f"{'':26}{'useful frac':>12}{'useful tok/s':>14}{'all tok/s':>12}{'seconds':>10}")
-    for r in summary["results"]:
-        print(
-            f"{r['mode']:26}{r['useful_fraction']:12.3f}{r['useful_tokens_per_s']:14.0f}"
-            f"{r['processed_tokens_per_s']:12.0f}{r['seconds']:10.2f}"
-        )
-    print(f"useful fraction of grouped batches, target >= 0.90: {summary['target_useful_fraction']}")
-    ratio = Rounds(tuple(summary["throughput_ratio"]["rounds"]))
-    print(f"throughput ratio (useful tokens/s, grouped / random): {ratio.describe()}")
-    print(f"  target >= 1.3x: {summary['target_throughput_ratio']}")
-    return 0
+    lengths = data.dataset["length"]
+    return emit(summary, args.json, lambda: print_text(summary, lengths, args.repeats))
 
 
 if __name__ == "__main__":

@@ -11,10 +11,11 @@ fraction at the default `eval.every_steps` (one evaluation per that many steps).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
+
+from output import emit  # benchmarks/output.py (this folder is on sys.path when run as a script)
 
 from geopilot.eval.cases import load_cases
 from geopilot.eval.planning_set import PLANNING_FILE
@@ -77,6 +78,17 @@ def measure(steps: int, every: int, held_out: int, planning_cases: int, samples:
     }
 
 
+def print_text(result: dict, args: argparse.Namespace) -> None:
+    print(
+        f"one training step {result['step_s']:.3f} s; one evaluation ({args.held_out} held-out samples, "
+        f"{args.planning_cases} planning cases) {result['eval_s']:.3f} s"
+    )
+    print(
+        f"this run (every {args.every} steps): {100 * result['fraction_this_run']:.1f}% of training time; "
+        f"at the default eval.every_steps={result['default_every_steps']}: {100 * result['fraction_at_default']:.2f}%"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
@@ -87,18 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = measure(args.steps, args.every, args.held_out, args.planning_cases, args.samples)
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return 0
-    print(
-        f"one training step {result['step_s']:.3f} s; one evaluation ({args.held_out} held-out samples, "
-        f"{args.planning_cases} planning cases) {result['eval_s']:.3f} s"
-    )
-    print(
-        f"this run (every {args.every} steps): {100 * result['fraction_this_run']:.1f}% of training time; "
-        f"at the default eval.every_steps={result['default_every_steps']}: {100 * result['fraction_at_default']:.2f}%"
-    )
-    return 0
+    return emit(result, args.json, lambda: print_text(result, args))
 
 
 if __name__ == "__main__":

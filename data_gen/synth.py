@@ -52,7 +52,7 @@ def _text(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _geotiff(path: Path, bands: np.ndarray, transform=None) -> None:
+def write_geotiff(path: Path, bands: np.ndarray, transform=None) -> None:
     """(H, W, C) or (H, W) uint8 -> GeoTIFF (EPSG:4326 when a transform is given)."""
     import rasterio
 
@@ -131,8 +131,8 @@ def write_openearthmap(root: Path, scenes: list[OpticalScene]) -> dict:
     records, names = {}, []
     for i, scene in enumerate(scenes):
         name = f"{region}_{i + 1}.tif"
-        _geotiff(root / region / "images" / name, scene.image, transform)
-        _geotiff(root / region / "labels" / name, scene.landcover, transform)
+        write_geotiff(root / region / "images" / name, scene.image, transform)
+        write_geotiff(root / region / "labels" / name, scene.landcover, transform)
         names.append(name)
         records[name[:-4]] = {"codes": sorted(int(c) for c in np.unique(scene.landcover))}
     _text(root / "train.txt", "".join(n + "\n" for n in names))
@@ -145,7 +145,7 @@ def write_spacenet(root: Path, scenes: list[OpticalScene]) -> dict:
     records = {}
     for i, scene in enumerate(scenes):
         image_stem = f"SN3_roads_train_AOI_0_Synth_PS-RGB_img{i + 1}"
-        _geotiff(aoi / "PS-RGB" / f"{image_stem}.tif", scene.image, transform)
+        write_geotiff(aoi / "PS-RGB" / f"{image_stem}.tif", scene.image, transform)
         features = []
         for road in scene.roads:
             coords = [[*(transform @ point), 0.0] for point in road]  # SpaceNet stores a z value

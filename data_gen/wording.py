@@ -57,15 +57,8 @@ PURPOSES = [
     "For a logistics study, ",
 ]
 
-OPENINGS = [
-    "",
-    "",
-    "",
-    "",
-    "",
-    "",
-    "",
-    "",
+# Eight blanks in each list: about a quarter of requests come with no greeting, and about as many with no sign-off.
+OPENINGS = [""] * 8 + [
     "Hello there. ",
     "Good morning! ",
     "Could you help me out? ",
@@ -91,15 +84,7 @@ OPENINGS = [
     "Morning! ",
     "Hope you're well. ",
 ]
-CLOSINGS = [
-    "",
-    "",
-    "",
-    "",
-    "",
-    "",
-    "",
-    "",
+CLOSINGS = [""] * 8 + [
     " Thank you!",
     " Thanks a lot.",
     " Please be concise.",

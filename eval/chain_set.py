@@ -146,6 +146,10 @@ def _inside(scene, label: str, code: int) -> tuple[int, int]:
     return inside, outside
 
 
+def _check(tool: str, field: str, op: str, value) -> dict:
+    return {"tool": tool, "field": field, "op": op, "value": value}
+
+
 def _case(kind: str, k: int, query: str, image: str, modality: str, tools, checks, truth, calls) -> dict:
     return {
         "id": f"chain_{kind}/{k:03d}",
@@ -185,21 +189,19 @@ def build_chain_cases(optical, sar) -> list[dict]:
                     pool = [j for j, s in enumerate(optical) if s.referring or kind != "grounding_segmentation"]
                     i = pool[k % len(pool)]
                     scene = optical[i]
+                    stem = "cloudy" if kind == "cloud_detection" else "optical"  # the cloud chain: the cloudy copy
+                    image = f"{IMAGES}/{stem}_{i:02d}.jpg"
                     labels = sorted({canonical_class(o.label, "DOTA v1.0") for o in scene.objects})
                     if kind == "cloud_detection":
                         label = rng.choice(labels)
                         n = sum(canonical_class(o.label, "DOTA v1.0") == label for o in scene.objects)
                         query = template.format(t=_plural(label))
                         second = {"categories": [label], "image": "result:1"}
-                        args = (
-                            f"{IMAGES}/cloudy_{i:02d}.jpg",
-                            "optical",
-                            ["remove_clouds", "detect_objects"],
-                            [
-                                {"tool": "detect_objects", "field": "categories", "op": "any_of", "value": [label]},
-                                {"tool": "detect_objects", "field": "image", "op": "equals", "value": "result:1"},
-                            ],
-                        )
+                        tools = ["remove_clouds", "detect_objects"]
+                        checks = [
+                            _check("detect_objects", "categories", "any_of", [label]),
+                            _check("detect_objects", "image", "equals", "result:1"),
+                        ]
                         truth = [{"label": label, "value": n}]
                         calls = [{"tool": "remove_clouds"}, {"tool": "detect_objects", "params": second, "round": 2}]
                     elif kind == "grounding_segmentation":
@@ -209,15 +211,8 @@ def build_chain_cases(optical, sar) -> list[dict]:
                         area = _polygon_area_pct(obj.outline)
                         noun = canonical_class(obj.label, "DOTA v1.0")
                         query = template.format(e=expression)
-                        args = (
-                            f"{IMAGES}/optical_{i:02d}.jpg",
-                            "optical",
-                            ["ground", "segment_referring"],
-                            [
-                                {"tool": "ground", "field": "expression", "op": "any_of", "value": [noun]},
-                                {"tool": "segment_referring", "field": "expression", "op": "any_of", "value": [noun]},
-                            ],
-                        )
+                        tools = ["ground", "segment_referring"]
+                        checks = [_check(tool, "expression", "any_of", [noun]) for tool in tools]
                         truth = [{"label": "area", "value": area, "tolerance": round(max(0.02, 0.1 * area), 2)}]
                         calls = [
                             {"tool": "ground", "params": {"expression": expression}},
@@ -231,16 +226,12 @@ def build_chain_cases(optical, sar) -> list[dict]:
                         region = rng.choice([r for r in present if r not in ("building", "road")] or present)
                         inside, outside = _inside(scene, label, oem[region])
                         query = template.format(t=_plural(label), c=region)
-                        args = (
-                            f"{IMAGES}/optical_{i:02d}.jpg",
-                            "optical",
-                            ["detect_objects", "segment_semantic"],
-                            [
-                                {"tool": "detect_objects", "field": "categories", "op": "any_of", "value": [label]},
-                                {"tool": "segment_semantic", "field": "classes", "op": "any_of", "value": [region]},
-                                {"tool": "segment_semantic", "field": "objects", "op": "equals", "value": "result:1"},
-                            ],
-                        )
+                        tools = ["detect_objects", "segment_semantic"]
+                        checks = [
+                            _check("detect_objects", "categories", "any_of", [label]),
+                            _check("segment_semantic", "classes", "any_of", [region]),
+                            _check("segment_semantic", "objects", "equals", "result:1"),
+                        ]
                         truth = [{"label": "inside", "value": inside}, {"label": "outside", "value": outside}]
                         calls = [
                             {"tool": "detect_objects", "params": {"categories": [label]}},
@@ -250,6 +241,7 @@ def build_chain_cases(optical, sar) -> list[dict]:
                                 "round": 2,
                             },
                         ]
+                    args = (image, "optical", tools, checks)
                 text = rng.choice(OPENERS) + query
                 if text not in seen:
                     break

@@ -83,11 +83,24 @@ def ci(bounds: list[float] | None) -> str:
     return "–" if not bounds else f"[{100 * bounds[0]:.1f}, {100 * bounds[1]:.1f}]"
 
 
+def _breakdown(
+    runs: list[tuple[str, dict]], title: str, head: str, breakdown: str, keys, metric: str, row_title
+) -> list[str]:
+    """A table section, one row per key of a summary breakdown ("by_difficulty": "easy", ...): the key's case count
+    and every run's `metric` on it."""
+    names = [name for name, _ in runs]
+    lines = ["", f"## {title}", "", f"| {head} | " + " | ".join(names) + " |", "|---|---" + "|---" * len(names) + "|"]
+    for key in keys:
+        n = next((s[breakdown][key]["n"] for _, s in runs if key in s[breakdown]), 0)
+        cells = [pct(s[breakdown].get(key, {}).get(metric)) for _, s in runs]
+        lines.append(f"| {row_title(key)} | {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def leaderboard_markdown(runs: list[tuple[str, dict]]) -> str:
     """Table 5 (TSA/PA/NTA/OPA per model), Table 6 (TSA per tool category), Table 7 (OPA per difficulty)."""
     from geopilot.eval.planning_set import CATEGORY_TITLES
 
-    names = [name for name, _ in runs]
     lines = [
         "## Planning (Table 5)",
         "",
@@ -104,29 +117,25 @@ def leaderboard_markdown(runs: list[tuple[str, dict]]) -> str:
             + f" | {ci(s['ci95']['OPA'])} | {len(s['seeds'])} | {s['infra_errors']} |"
         )
     categories = list(dict.fromkeys(c for _, s in runs for c in s["by_category"]))
-    lines += [
-        "",
-        "## Tool Selection Accuracy by tool category (Table 6)",
-        "",
-        "| Tool Category | # Samples | " + " | ".join(names) + " |",
-        "|---|---" + "|---" * len(names) + "|",
-    ]
-    for category in categories:
-        n = next((s["by_category"][category]["n"] for _, s in runs if category in s["by_category"]), 0)
-        cells = [pct(s["by_category"].get(category, {}).get("TSA")) for _, s in runs]
-        lines.append(f"| {CATEGORY_TITLES.get(category, category)} | {n} | " + " | ".join(cells) + " |")
+    lines += _breakdown(
+        runs,
+        "Tool Selection Accuracy by tool category (Table 6)",
+        "Tool Category | # Samples",
+        "by_category",
+        categories,
+        "TSA",
+        row_title=lambda category: CATEGORY_TITLES.get(category, category),
+    )
     lines.append(f"| Overall TSA | {runs[0][1]['n_cases']} | " + " | ".join(pct(s["TSA"]) for _, s in runs) + " |")
-    lines += [
-        "",
-        "## Overall planning accuracy by difficulty (Table 7)",
-        "",
-        "| Difficulty | # Queries | " + " | ".join(names) + " |",
-        "|---|---" + "|---" * len(names) + "|",
-    ]
-    for difficulty in ("easy", "medium", "hard"):
-        n = next((s["by_difficulty"][difficulty]["n"] for _, s in runs if difficulty in s["by_difficulty"]), 0)
-        cells = [pct(s["by_difficulty"].get(difficulty, {}).get("OPA")) for _, s in runs]
-        lines.append(f"| {difficulty.capitalize()} | {n} | " + " | ".join(cells) + " |")
+    lines += _breakdown(
+        runs,
+        "Overall planning accuracy by difficulty (Table 7)",
+        "Difficulty | # Queries",
+        "by_difficulty",
+        ("easy", "medium", "hard"),
+        "OPA",
+        row_title=str.capitalize,
+    )
     lines += [
         "",
         "## Failures (first failing check) and cost",

@@ -155,6 +155,11 @@ def param_check_holds(check: ParamCheck, params: dict) -> bool:
     return any(_contains(value, alternative) for alternative in check.value)  # any_of
 
 
+def _no_calls_check(name: str, category: str, calls: list) -> Check:
+    """Passes when there are no such calls; the detail is each call's error (or its tool's name)."""
+    return Check(name=name, category=category, passed=not calls, detail="; ".join(c.error or c.tool for c in calls))
+
+
 def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
     checks = []
     unknown = sorted({c.tool for c in run.calls if c.error_kind == "unknown_tool"})
@@ -175,14 +180,7 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         ordered = first_seen == [t for t in dict.fromkeys(case.expected_tools) if t in first_seen]
         checks.append(Check(name="tool_order", category="wrong_order", passed=ordered, detail=" -> ".join(first_seen)))
     invalid = [c for c in run.calls if c.tool in case.expected_tools and c.error_kind == "invalid_params"]
-    checks.append(
-        Check(
-            name="params_valid",
-            category="invalid_params",
-            passed=not invalid,
-            detail="; ".join(c.error or c.tool for c in invalid),
-        )
-    )
+    checks.append(_no_calls_check("params_valid", "invalid_params", invalid))
     for check in case.param_checks:
         candidates = [c.params for c in run.calls if c.tool == check.tool and c.ok]
         holds = any(param_check_holds(check, params) for params in candidates)
@@ -200,14 +198,7 @@ def _tool_checks(case: Case, run: AgentRun) -> list[Check]:
         and c.error_kind in RUNTIME_FAILURES
         and not (case.expect_tool_errors and c.error_kind == "tool_error")
     ]
-    checks.append(
-        Check(
-            name="tools_ran",
-            category="tool_failed",
-            passed=not failed,
-            detail="; ".join(c.error or c.tool for c in failed),
-        )
-    )
+    checks.append(_no_calls_check("tools_ran", "tool_failed", failed))
     return checks
 
 
@@ -268,6 +259,15 @@ def chain_score(case: Case, run: AgentRun, checks: list[Check], passed: bool) ->
     return ChainScore(first_step=steps[0], second_step=second, both=steps[0] and second, answer=answer, chain=passed)
 
 
+def planning_metrics(case: Case, failing: set[str]) -> dict[str, bool | None]:
+    """A scored case's tsa, pa, nta and opa (see `Score`) from the categories of its failing checks."""
+    tsa = not (failing & SELECTION)
+    if not case.expected_tools:
+        return {"tsa": tsa, "pa": None, "nta": tsa, "opa": tsa}
+    pa = (not (failing & PARAMS)) if tsa else None
+    return {"tsa": tsa, "pa": pa, "nta": None, "opa": bool(tsa and pa)}
+
+
 def score(case: Case, run: AgentRun) -> Score:
     if run.infra_error is not None:
         check = Check(name="infra", category="infra_error", passed=False, detail=run.infra_error)
@@ -286,20 +286,11 @@ def score(case: Case, run: AgentRun) -> Score:
     checks += _tool_checks(case, run) + _answer_checks(case, run)
     failing = {check.category for check in checks if not check.passed}
     categories = [category for category in PRECEDENCE if category in failing]
-    tsa = not (failing & SELECTION)
-    if case.expected_tools:
-        pa = (not (failing & PARAMS)) if tsa else None
-        nta, opa = None, bool(tsa and pa)
-    else:
-        pa, nta, opa = None, tsa, tsa
     return Score(
         passed=not categories,
         category=categories[0] if categories else None,
         categories=categories,
         checks=checks,
-        tsa=tsa,
-        pa=pa,
-        nta=nta,
-        opa=opa,
         chain=chain_score(case, run, checks, not categories) if case.chain and case.expected_tools else None,
+        **planning_metrics(case, failing),
     )

@@ -395,12 +395,11 @@ class DenoDet:
             if opts.architecture == "resnet50"
             else tiny_config(opts.input_size)
         )
-        model = DenoDetNet(config)
-        state = local_weights.read_state_dict(checkpoint)
-        load_denodet_state(model, state, source=str(checkpoint))
         target = local_weights.pick_device(device)
-        parts, stored = PRECISIONS[BACKEND].fp32_parts, local_weights.float_dtypes(state)
-        model = local_weights.place(model, target, opts.precision, parts, stored, str(checkpoint))
+        parts = PRECISIONS[BACKEND].fp32_parts
+        model = local_weights.load_checkpoint(
+            DenoDetNet(config), checkpoint, load_denodet_state, target, opts.precision, parts
+        )
         return cls(model, opts, target)
 
     def _label_indices(self, categories: list[str]) -> list[int]:

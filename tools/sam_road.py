@@ -219,12 +219,11 @@ class SamRoad:
         if checkpoint.is_dir():
             raise WeightsError(f"weights not found: put {preset.checkpoint} in {checkpoint}")
         config = vit_b_config(preset.patch_size) if opts.architecture == "vit-b" else tiny_config(preset.patch_size)
-        model = SamRoadNet(config)
-        state = local_weights.read_state_dict(checkpoint)
-        load_sam_road_state(model, state, source=str(checkpoint))
         target = local_weights.pick_device(device)
-        parts, stored = PRECISIONS[BACKEND].fp32_parts, local_weights.float_dtypes(state)
-        model = local_weights.place(model, target, opts.precision, parts, stored, str(checkpoint))
+        parts = PRECISIONS[BACKEND].fp32_parts
+        model = local_weights.load_checkpoint(
+            SamRoadNet(config), checkpoint, load_sam_road_state, target, opts.precision, parts
+        )
         return cls(model, preset, opts, target)
 
     @torch.inference_mode()

@@ -13,7 +13,6 @@ tile), so map coordinates never go through the 3-decimal scene box.
 The scene is anything with `size` and `crop(box)`: a PIL image, or a GeoTIFF's `RasterSource`, which reads each
 tile at full resolution and returns None for a tile that is all nodata (skipped, and counted).
 
-    merged = detect_tiled(backend.detect_fn, pil_image, tile=1024, overlap=256)
     found = detect_windows(backend.detect_fn, loaded.raster, tile=1024, overlap=256)   # .detections, .empty_tiles
 """
 
@@ -216,15 +215,3 @@ def detect_windows(
         merged.extend(_merge_label(group, scene.size, iou_threshold, containment))
     merged.sort(key=lambda d: -_score(d))
     return TiledDetections(merged, len(windows), empty)
-
-
-def detect_tiled(
-    detect: Detector,
-    image: Scene,
-    tile: int = 1024,
-    overlap: int = 256,
-    iou_threshold: float = 0.5,
-    containment: float = 0.7,
-) -> list[Detection]:
-    """`detect_windows`' detections alone."""
-    return detect_windows(detect, image, tile, overlap, iou_threshold, containment).detections

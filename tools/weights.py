@@ -179,3 +179,18 @@ def place(
     if stored:
         note_checkpoint_dtypes(source, stored, effective)
     return module
+
+
+def load_checkpoint(
+    module: nn.Module,
+    checkpoint: Path,
+    load_state: Callable[..., None],
+    device: torch.device,
+    precision: str = "fp32",
+    fp32_parts: tuple[str, ...] = (),
+) -> nn.Module:
+    """Read `checkpoint`, load it with the backend's `load_state(module, state, source=...)`, then `place` the module
+    (the checkpoint's own dtypes noted)."""
+    state = read_state_dict(checkpoint)
+    load_state(module, state, source=str(checkpoint))
+    return place(module, device, precision, fp32_parts, float_dtypes(state), str(checkpoint))

@@ -10,6 +10,7 @@ import json
 import math
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,12 +167,28 @@ def checked_image(path: Path | None, report: ReadReport, what: str) -> tuple[Pat
     return path, size[0], size[1]
 
 
-def parse_xml(path: Path) -> ET.Element:
-    """Parse with DTDs, entities and external references forbidden (defusedxml). Raises ValueError."""
+def read_xml(path: Path, report: ReadReport) -> ET.Element | None:
+    """The parsed file (DTDs, entities and external references forbidden: defusedxml), or None after counting it as
+    a malformed file."""
     try:
         return SafeET.parse(str(path), forbid_dtd=True).getroot()
     except (ET.ParseError, DefusedXmlException, OSError) as err:
-        raise ValueError(f"{path}: {type(err).__name__}: {err}") from err
+        report.skip(MALFORMED_FILE, f"{path}: {type(err).__name__}: {err}")
+        return None
+
+
+def xml_objects(
+    xml_root: ET.Element, name_path: str, file_name: str, report: ReadReport
+) -> Iterator[tuple[ET.Element, str, str]]:
+    """(element, raw class name, where) per `<object>` of a VOC-style file; one without a class name is counted as a
+    malformed line and passed over."""
+    for index, obj in enumerate(xml_root.iter("object")):
+        where = f"{file_name} object {index}"
+        raw = (obj.findtext(name_path) or "").strip()
+        if raw:
+            yield obj, raw, where
+        else:
+            report.skip(MALFORMED_LINE, f"{where}: no <{name_path}>")
 
 
 def polygon_area(points: list[tuple[float, float]]) -> float:
@@ -245,6 +262,23 @@ def add_object(record: AnnotationRecord, made: ObjectAnnotation | str, report: R
         report.skip(made, what)
     else:
         record.objects.append(made)
+
+
+def add_polygon(
+    record: AnnotationRecord,
+    raw_class: str,
+    dataset: str,
+    points_px: list[tuple[float, float]],
+    report: ReadReport,
+    where: str,
+    difficult: bool = False,
+) -> None:
+    """A polygon in pixels under a source class name -> one more object of `record`, or the skip counted (a class
+    name that cannot be used, a degenerate polygon)."""
+    label = class_label(raw_class, dataset, report, where)
+    if label is not None:
+        made = polygon_object(points_px, record.width, record.height, label, difficult=difficult)
+        add_object(record, made, report, where)
 
 
 def mask_to_rle(mask: np.ndarray) -> dict:

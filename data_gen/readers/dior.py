@@ -13,7 +13,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
-    MALFORMED_FILE,
     MALFORMED_LINE,
     MISSING_LABEL,
     DatasetRootError,
@@ -24,10 +23,11 @@ from geopilot.data_gen.readers.common import (
     class_label,
     find_image,
     finish,
-    parse_xml,
     polygon_object,
     read_index_file,
+    read_xml,
     require_dir,
+    xml_objects,
 )
 from geopilot.records import AnnotationRecord, ReadReport
 
@@ -47,12 +47,7 @@ def _number(element: ET.Element, tag: str) -> float:
 
 
 def _parse_objects(root: ET.Element, variant: str, width: int, height: int, record, report, name: str) -> None:
-    for index, obj in enumerate(root.iter("object")):
-        where = f"{name} object {index}"
-        raw = (obj.findtext("name") or "").strip()
-        if not raw:
-            report.skip(MALFORMED_LINE, f"{where}: no <name>")
-            continue
+    for obj, raw, where in xml_objects(root, "name", name, report):
         label = class_label(raw, "DIOR", report, where)
         if label is None:
             continue
@@ -91,10 +86,8 @@ def read_dior(root: Path, split: str = "train", variant: str = "hbb") -> ReadRes
         if not xml_path.is_file():
             report.skip(MISSING_LABEL, f"{split_file.name}: no annotation {xml_path.name}")
             continue
-        try:
-            xml_root = parse_xml(xml_path)
-        except ValueError as err:
-            report.skip(MALFORMED_FILE, str(err))
+        xml_root = read_xml(xml_path, report)
+        if xml_root is None:
             continue
         folders = [root / f for f in IMAGE_FOLDERS]
         image_path = next(

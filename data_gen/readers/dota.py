@@ -27,11 +27,9 @@ from geopilot.data_gen.readers.common import (
     MALFORMED_LINE,
     DatasetRootError,
     ReadResult,
-    add_object,
+    add_polygon,
     checked_image,
-    class_label,
     finish,
-    polygon_object,
     require_dir,
 )
 from geopilot.records import AnnotationRecord, ReadReport
@@ -93,8 +91,6 @@ def image_index(images_dir: Path) -> dict[str, Path]:
 
 def parse_dota_lines(
     text: str,
-    width: int,
-    height: int,
     dataset: str,
     record: AnnotationRecord,
     report: ReadReport,
@@ -114,11 +110,8 @@ def parse_dota_lines(
         except ValueError:
             report.skip(MALFORMED_LINE, f"{where}: non-numeric coordinate or difficulty in {line.strip()[:120]!r}")
             continue
-        label = class_label(tokens[8], dataset, report, where)
-        if label is None:
-            continue
         points = list(zip(coords[0::2], coords[1::2], strict=False))
-        add_object(record, polygon_object(points, width, height, label, difficult=difficult), report, where)
+        add_polygon(record, tokens[8], dataset, points, report, where, difficult=difficult)
 
 
 def read_dota(root: Path, split: str = "train", version: str = "1.5") -> ReadResult:
@@ -142,6 +135,6 @@ def read_dota(root: Path, split: str = "train", version: str = "1.5") -> ReadRes
             report.skip(MALFORMED_FILE, f"{label_path}: {err}")
             continue
         record = AnnotationRecord("DOTA", str(image_path), width, height, "optical", split, stem)
-        parse_dota_lines(text, width, height, f"DOTA v{version}", record, report, label_path.name)
+        parse_dota_lines(text, f"DOTA v{version}", record, report, label_path.name)
         records.append(record)
     return finish(records, report)

@@ -12,18 +12,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
-    MALFORMED_FILE,
     MALFORMED_LINE,
     DatasetRootError,
     ReadResult,
-    add_object,
+    add_polygon,
     checked_image,
-    class_label,
     find_image,
     finish,
-    parse_xml,
-    polygon_object,
+    read_xml,
     require_dir,
+    xml_objects,
 )
 from geopilot.records import AnnotationRecord, ReadReport
 
@@ -35,13 +33,8 @@ def _point(text: str | None) -> tuple[float, float]:
     return float(parts[0]), float(parts[1])
 
 
-def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report, name: str) -> None:
-    for index, obj in enumerate(xml_root.iter("object")):
-        where = f"{name} object {index}"
-        raw = (obj.findtext("possibleresult/name") or "").strip()
-        if not raw:
-            report.skip(MALFORMED_LINE, f"{where}: no possibleresult/name")
-            continue
+def _parse_objects(xml_root: ET.Element, record, report, name: str) -> None:
+    for obj, raw, where in xml_objects(xml_root, "possibleresult/name", name, report):
         coordinate = (obj.findtext("coordinate") or "pixel").strip().lower()
         try:
             if coordinate != "pixel":
@@ -50,9 +43,7 @@ def _parse_objects(xml_root: ET.Element, width: int, height: int, record, report
         except ValueError as err:
             report.skip(MALFORMED_LINE, f"{where}: {err}")
             continue
-        label = class_label(raw, "FAIR1M", report, where)
-        if label is not None:
-            add_object(record, polygon_object(points, width, height, label), report, where)
+        add_polygon(record, raw, "FAIR1M", points, report, where)
 
 
 def read_fair1m(root: Path, split: str = "train") -> ReadResult:
@@ -64,10 +55,8 @@ def read_fair1m(root: Path, split: str = "train") -> ReadResult:
     report = ReadReport()
     for label_dir in label_dirs:
         for xml_path in sorted(label_dir.glob("*.xml")):
-            try:
-                xml_root = parse_xml(xml_path)
-            except ValueError as err:
-                report.skip(MALFORMED_FILE, str(err))
+            xml_root = read_xml(xml_path, report)
+            if xml_root is None:
                 continue
             images = label_dir.parent / "images"
             found = find_image(images, xml_path.stem) or images / f"{xml_path.stem}.tif"
@@ -78,6 +67,6 @@ def read_fair1m(root: Path, split: str = "train") -> ReadResult:
             part = label_dir.parent.relative_to(split_dir).as_posix()
             record_id = xml_path.stem if part == "." else f"{part}/{xml_path.stem}"
             record = AnnotationRecord("FAIR1M", str(image_path), width, height, "optical", split, record_id)
-            _parse_objects(xml_root, width, height, record, report, xml_path.name)
+            _parse_objects(xml_root, record, report, xml_path.name)
             records.append(record)
     return finish(records, report)

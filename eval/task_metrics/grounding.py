@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from geopilot.eval.task_metrics.coverage import coverage
 from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_polygon, intersection_area, signed_area
 
 Polygon = Sequence[Sequence[float]]
@@ -80,11 +81,7 @@ class GroundingResult:
             "by_count": self.by_count,
             "by_type": self.by_type,
             "counts": self.counts,
-            "total": self.total,
-            "correct": self.correct,
-            "missing": len(self.missing),
-            "missing_ids": self.missing[:20],
-        }
+        } | coverage(self.total, self.correct, self.missing)
 
 
 def acc_at_iou(

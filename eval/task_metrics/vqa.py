@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from geopilot.eval.task_metrics.coverage import coverage
+
 _STRIP = "\"'`,;:!?"
 _SHORT = re.compile(r"(yes|no|\d{1,2})")
 
@@ -53,18 +55,17 @@ class AccuracyResult:
     correct_ids: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict:
-        return {
-            "per_type": self.per_type,
-            "counts": self.counts,
-            "averaged_types": self.averaged_types,
-            "pooled": self.pooled,
-            "mean_of_types": self.mean_of_types,
-            "total": self.total,
-            "correct": self.correct,
-            "missing": len(self.missing),
-            "missing_ids": self.missing[:20],
-            "unexpected": len(self.unexpected),
-        }
+        return (
+            {
+                "per_type": self.per_type,
+                "counts": self.counts,
+                "averaged_types": self.averaged_types,
+                "pooled": self.pooled,
+                "mean_of_types": self.mean_of_types,
+            }
+            | coverage(self.total, self.correct, self.missing)
+            | {"unexpected": len(self.unexpected)}
+        )
 
 
 def accuracy(

@@ -11,7 +11,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from pydantic import BaseModel, ConfigDict
+from helpers.scripted import NoParams
 
 from geopilot.agent import ClientTools, GeoPilot, PrefixCache
 from geopilot.agent.plan_grammar import ConstrainedPlans, PlanConstraint, PlanState
@@ -31,10 +31,6 @@ PLAN = assistant_json(
     )
 )
 ANSWER = assistant_json(AssistantMessage(reasoning="Seen.", value="Two planes."))
-
-
-class NoParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class WholeScene:

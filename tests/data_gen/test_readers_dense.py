@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rasterio
 from affine import Affine
 from PIL import Image
 
@@ -18,6 +17,7 @@ from geopilot.data_gen.readers import DatasetRootError
 from geopilot.data_gen.readers.openearthmap import read_openearthmap
 from geopilot.data_gen.readers.rice import SPAGAN_RICE1_TEST, read_rice, rice_split
 from geopilot.data_gen.readers.risbench import read_risbench
+from geopilot.data_gen.synth import write_geotiff
 
 
 def png(path: Path, array: np.ndarray) -> Path:
@@ -27,20 +27,7 @@ def png(path: Path, array: np.ndarray) -> Path:
 
 
 def tif(path: Path, array: np.ndarray) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = array[None] if array.ndim == 2 else np.moveaxis(array, 2, 0)
-    georef = {"crs": "EPSG:4326", "transform": Affine(1e-5, 0.0, 2.0, 0.0, -1e-5, 48.0)}
-    with rasterio.open(
-        path,
-        "w",
-        driver="GTiff",
-        width=data.shape[2],
-        height=data.shape[1],
-        count=data.shape[0],
-        dtype=data.dtype.name,
-        **georef,
-    ) as dataset:
-        dataset.write(data)
+    write_geotiff(path, array, Affine(1e-5, 0.0, 2.0, 0.0, -1e-5, 48.0))
     return path
 
 

@@ -31,29 +31,33 @@ def gpt(value: str) -> dict:
 # --- GeoChat-Instruct -------------------------------------------------------------------------------------------
 
 
-def geochat(tmp_path: Path, entries: list) -> Path:
+def geochat(tmp_path: Path, *entries) -> Path:
     (tmp_path / "GeoChat_Instruct.json").write_text(json.dumps(entries))
     return tmp_path
 
 
+def entry(image_name: str, *turns: dict, record_id: str | None = None) -> dict:
+    """One GeoChat-Instruct entry; its id is the image's stem unless given."""
+    return {"id": record_id or Path(image_name).stem, "image": image_name, "conversations": list(turns)}
+
+
+def read_one(tmp_path: Path, image_name: str, *turns: dict, size: tuple[int, int] = (100, 100)):
+    """One entry, its image at images/<image_name>, read back: (its one record, the report)."""
+    image(tmp_path / "images" / image_name, *size)
+    (record,), report = read_geochat(geochat(tmp_path, entry(image_name, *turns)))
+    return record, report
+
+
 def test_geochat_refer_boxes_on_the_0_100_grid_with_negative_theta_and_concatenated_boxes(tmp_path):
-    image(tmp_path / "images/P0003_0004.png", 200, 100)
-    root = geochat(
+    record, report = read_one(
         tmp_path,
-        [
-            {
-                "id": "P0003_0004",
-                "image": "P0003_0004.png",
-                "conversations": [
-                    human("<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"),
-                    gpt("{<12><40><15><44>|<0>}{<20><40><30><60>|<-90>}"),
-                    human("[identify] What is the object present at {<60><10><80><30>|<0>}"),
-                    gpt("A white storage tank."),
-                ],
-            }
-        ],
+        "P0003_0004.png",
+        human("<image>\n[refer] give me the location of <p>the small vehicle on the left</p>"),
+        gpt("{<12><40><15><44>|<0>}{<20><40><30><60>|<-90>}"),
+        human("[identify] What is the object present at {<60><10><80><30>|<0>}"),
+        gpt("A white storage tank."),
+        size=(200, 100),
     )
-    (record,), report = read_geochat(root)
     assert report.skipped == {}
     assert record.width == 200 and record.source == "GeoChat-Instruct" and record.record_id == "P0003_0004"
     small, rotated, region = record.objects
@@ -70,21 +74,12 @@ def test_geochat_refer_boxes_on_the_0_100_grid_with_negative_theta_and_concatena
 
 
 def test_geochat_rotation_changes_the_box_in_pixel_space(tmp_path):
-    image(tmp_path / "images/a.png", 100, 100)
-    root = geochat(
+    record, _ = read_one(
         tmp_path,
-        [
-            {
-                "id": "a",
-                "image": "a.png",
-                "conversations": [
-                    human("[grounding] Describe the image in detail"),
-                    gpt("There is <p>a long ship</p> {<40><45><60><55>|<45>} near the pier."),
-                ],
-            }
-        ],
+        "a.png",
+        human("[grounding] Describe the image in detail"),
+        gpt("There is <p>a long ship</p> {<40><45><60><55>|<45>} near the pier."),
     )
-    (record,), _ = read_geochat(root)
     (ship,) = record.objects
     half = (10 * math.cos(math.pi / 4) + 5 * math.sin(math.pi / 4)) / 100  # rotated 20 x 10 box, half extent
     assert ship.box == pytest.approx((0.5 - half, 0.5 - half, 0.5 + half, 0.5 + half))
@@ -97,21 +92,13 @@ def test_geochat_rotation_is_clockwise_on_screen(tmp_path, theta):
     """GeoChat's own box-to-polygon helper (`bbox_and_angle_to_polygon`, geochat_demo.py, quoted in GeoChat issue
     #32): corners about the centre through [[cos, -sin], [sin, cos]] in image coordinates (y down), i.e. positive
     theta turns the box clockwise on screen; real GeoChat-Bench rows fit this reading (IoU 0.873 vs 0.504)."""
-    image(tmp_path / "images/a.png", 200, 100)
-    root = geochat(
+    record, _ = read_one(
         tmp_path,
-        [
-            {
-                "id": "a",
-                "image": "a.png",
-                "conversations": [
-                    human("[refer] give me the location of <p>the long ship</p>"),
-                    gpt(f"{{<40><45><60><55>|<{theta}>}}"),
-                ],
-            }
-        ],
+        "a.png",
+        human("[refer] give me the location of <p>the long ship</p>"),
+        gpt(f"{{<40><45><60><55>|<{theta}>}}"),
+        size=(200, 100),
     )
-    (record,), _ = read_geochat(root)
     (ship,) = record.objects
     left, top, right, bottom = 80.0, 45.0, 120.0, 55.0  # the 0-100 grid scaled to 200 x 100 px
     cx, cy, a = (left + right) / 2, (top + bottom) / 2, math.radians(theta)
@@ -133,18 +120,13 @@ def test_geochat_real_data_variants_clipped_grid_delim_answers_and_the_released_
     image(tmp_path / "share/softwares/kartik/GeoChat_finetuning/final_images_llava/P0005_0001.png", 100, 100)
     root = geochat(
         tmp_path,
-        [
-            {
-                "id": "P0005_0001",
-                "image": "P0005_0001.png",  # found where images.zip unpacks, without an image_dir override
-                "conversations": [
-                    human("[grounding] Describe the image in detail"),
-                    gpt(
-                        "<p>two planes</p> {<51><-1><53><3>|<74>}<delim>{<60><60><70><70>|<0>} and <p><script></p> {<1><1><5><5>|<0>}"
-                    ),
-                ],
-            }
-        ],
+        entry(
+            "P0005_0001.png",  # found where images.zip unpacks, without an image_dir override
+            human("[grounding] Describe the image in detail"),
+            gpt(
+                "<p>two planes</p> {<51><-1><53><3>|<74>}<delim>{<60><60><70><70>|<0>} and <p><script></p> {<1><1><5><5>|<0>}"
+            ),
+        ),
     )
     (record,), report = read_geochat(root)
     clipped, second = record.objects  # the slightly negative grid value is clipped to 0, not dropped
@@ -153,21 +135,12 @@ def test_geochat_real_data_variants_clipped_grid_delim_answers_and_the_released_
 
 
 def test_geochat_phrase_that_is_a_class_name_becomes_canonical(tmp_path):
-    image(tmp_path / "images/a.png")
-    root = geochat(
+    record, _ = read_one(
         tmp_path,
-        [
-            {
-                "id": "a",
-                "image": "a.png",
-                "conversations": [
-                    human("[grounding] Describe the image"),
-                    gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
-                ],
-            }
-        ],
+        "a.png",
+        human("[grounding] Describe the image"),
+        gpt("<p>Storage-Tanks</p> {<10><10><20><20>|<0>} and <p>a pier</p> {<30><30><40><40>|<0>}"),
     )
-    (record,), _ = read_geochat(root)
     assert [o.label for o in record.objects] == ["storage tank", "a pier"]
     assert [r.expression for r in record.referring] == ["Storage-Tanks", "a pier"]  # expressions stay as written
 
@@ -179,19 +152,13 @@ def test_geochat_tasks_bad_boxes_missing_images_and_duplicate_ids(tmp_path):
     classify = "Classify the given image in one of the following classes. Classes: farm, forest."
     root = geochat(
         tmp_path,
-        [
-            {"id": "b", "image": "b.png", "conversations": [human("<image>\n" + vqa), gpt("Urban")]},
-            {"id": "b", "image": "b.png", "conversations": [human(classify), gpt("forest")]},
-            {
-                "id": "c",
-                "image": "flat.png",
-                "conversations": [human("Where? {<10><10><120><50>|<0>}"), gpt("{<5><5><5><9>}")],
-            },
-            {"id": "d", "image": "missing.png", "conversations": [human("hi"), gpt("hello")]},
-            {"id": "e", "image": "b.png", "conversations": [{"from": "system", "value": "x"}]},
-            {"id": "f", "image": "b.png"},
-            "not an object",
-        ],
+        entry("b.png", human("<image>\n" + vqa), gpt("Urban")),
+        entry("b.png", human(classify), gpt("forest")),
+        entry("flat.png", human("Where? {<10><10><120><50>|<0>}"), gpt("{<5><5><5><9>}"), record_id="c"),
+        entry("missing.png", human("hi"), gpt("hello"), record_id="d"),
+        entry("b.png", {"from": "system", "value": "x"}, record_id="e"),
+        {"id": "f", "image": "b.png"},
+        "not an object",
     )
     records, report = read_geochat(root)
     assert [(r.record_id, r.dialogues[0].task) for r in records] == [

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from helpers.serving import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -199,12 +200,7 @@ def _run(argv: list[str], cwd: Path, env: dict, where: str, log: Path) -> None:
             try:
                 ready = _answers(f"http://127.0.0.1:{port}{probe}", server, deadline=time.monotonic() + 120)
             finally:
-                server.terminate()
-                try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+                stop_process(server)
             code = 0 if ready else server.returncode
     tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
     assert ready and code == 0, f"{where}: `{shown}` failed (exit {code})\n{tail}"

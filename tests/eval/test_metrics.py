@@ -34,6 +34,15 @@ def test_accuracy_pooled_vs_mean_of_types_and_missing_ids():
     assert result.mean_of_types == pytest.approx((0.5 + 0.0 + 1.0) / 3)
     assert result.missing == ["c"] and result.unexpected == ["zz"]
     assert result.correct == 3 and result.total == 5
+    shown = result.as_dict()
+    assert list(shown)[-5:] == ["total", "correct", "missing", "missing_ids", "unexpected"]
+    assert [shown[k] for k in ("total", "correct", "missing", "missing_ids", "unexpected")] == [5, 3, 1, ["c"], 1]
+
+
+def test_a_result_lists_the_first_20_missing_ids_and_counts_them_all():
+    refs = {f"q{i:02d}": "yes" for i in range(25)}
+    shown = accuracy({}, refs, dict.fromkeys(refs, "presence")).as_dict()
+    assert shown["missing"] == 25 and shown["missing_ids"] == sorted(refs)[:20]
 
 
 def test_polygon_iou_hand_values():

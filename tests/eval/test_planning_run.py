@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers.scripted import Scripts
+from helpers.scripted import Scripts, openai_planning_args
 
 from geopilot.cli import main
 from geopilot.eval.cases import load_cases
@@ -170,28 +170,6 @@ def subset(tmp_path: Path, per_category: int, every: int = 1) -> tuple[Path, lis
     return path, picked
 
 
-def openai_args(url: str, cases: Path, out: Path, seeds: str = "42,1337", *extra: str) -> list[str]:
-    return [
-        "eval",
-        "planning",
-        "--agent",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        "scripted",
-        "--cases",
-        str(cases),
-        "--seeds",
-        seeds,
-        "--out",
-        str(out),
-        "--retries",
-        "1",
-        *extra,
-    ]
-
-
 def read_results(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
@@ -252,10 +230,10 @@ def test_scripted_openai_agent_in_mixed_dialects(tmp_path):
     script, implied = build_script(cases)
     assert len({v["dialect"] for v in implied.values()}) == 8
     with ScriptedAgent(script) as server:
-        assert main(openai_args(server.url, cases_file, tmp_path / "run")) == 0
+        assert main(openai_planning_args(server.url, cases_file, tmp_path / "run")) == 0
         summary = check_run(tmp_path / "run", cases, implied, [42, 1337])
         requests = server.requests
-        assert main(openai_args(server.url, cases_file, tmp_path / "run")) == 0  # all done: nothing re-run
+        assert main(openai_planning_args(server.url, cases_file, tmp_path / "run")) == 0  # all done: nothing re-run
         assert server.requests == requests
     assert summary["dialects"]["openai_tool_calls"] >= 2 and summary["infra_errors"] == 0
 
@@ -266,7 +244,7 @@ def test_killed_halfway_and_resumed_without_duplicates(tmp_path):
     out = tmp_path / "run"
     with ScriptedAgent(script, latency_s=0.05) as server:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        args = [sys.executable, "-m", "geopilot.cli", *openai_args(server.url, cases_file, out)]
+        args = [sys.executable, "-m", "geopilot.cli", *openai_planning_args(server.url, cases_file, out)]
         process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 120
         while time.time() < deadline and process.poll() is None:
@@ -278,7 +256,7 @@ def test_killed_halfway_and_resumed_without_duplicates(tmp_path):
         process.wait()
         done = len(read_results(out))
         assert 6 <= done < 2 * len(cases)
-        assert main(openai_args(server.url, cases_file, out)) == 0
+        assert main(openai_planning_args(server.url, cases_file, out)) == 0
     check_run(out, cases, implied, [42, 1337])
 
 
@@ -305,7 +283,7 @@ def test_endpoint_faults_are_classified_not_crashes(tmp_path):
     path = tmp_path / "faults.jsonl"
     path.write_text("".join(json.dumps({"id": q.split()[0], "query": q, **base}) + "\n" for q in queries))
     with ScriptedAgent({q: m for q, m in queries.items() if m}) as server:
-        code = main(openai_args(server.url, path, tmp_path / "run", "7", "--timeout-s", "0.5"))
+        code = main(openai_planning_args(server.url, path, tmp_path / "run", "7", "--timeout-s", "0.5"))
     assert code == 0
     rows = {r["case_id"]: r for r in read_results(tmp_path / "run")}
     assert rows["FAIL500"]["score"]["category"] == "infra_error" and "HTTP 500" in rows["FAIL500"]["run"]["infra_error"]
@@ -320,10 +298,14 @@ def test_endpoint_faults_are_classified_not_crashes(tmp_path):
 
 def test_bad_cli_input_exits_2(tmp_path, capsys):
     cases_file, _ = subset(tmp_path, 1)
-    assert main(openai_args("localhost:1", cases_file, tmp_path / "r")) == 2
-    assert main(openai_args("http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "4,x")) == 2
+    assert main(openai_planning_args("localhost:1", cases_file, tmp_path / "r")) == 2
+    assert main(openai_planning_args("http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "4,x")) == 2
     assert (
-        main(openai_args("http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "1", "--api-key-env", "NOPE_UNSET_VAR"))
+        main(
+            openai_planning_args(
+                "http://127.0.0.1:9/v1", cases_file, tmp_path / "r", "1", "--api-key-env", "NOPE_UNSET_VAR"
+            )
+        )
         == 2
     )
     assert (
@@ -342,8 +324,8 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
     cases_file, cases = subset(tmp_path, 1)
     script, _ = build_script(cases)
     with ScriptedAgent(script) as server:
-        assert main(openai_args(server.url, cases_file, tmp_path / "run", "1")) == 0
-        assert main(openai_args(server.url, cases_file, tmp_path / "run", "1", "--temperature", "0.7")) == 2
+        assert main(openai_planning_args(server.url, cases_file, tmp_path / "run", "1")) == 0
+        assert main(openai_planning_args(server.url, cases_file, tmp_path / "run", "1", "--temperature", "0.7")) == 2
     assert "other settings (temperature: 0.0 -> 0.7)" in capsys.readouterr().err
 
 
@@ -358,7 +340,7 @@ def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsy
     assert set(summary) >= {"TSA", "PA", "NTA", "OPA", "std", "ci95", "by_category", "by_difficulty"}
     script, _ = build_script(cases)
     with ScriptedAgent(script) as server:
-        assert main(openai_args(server.url, cases_file, tmp_path / "scripted", "42")) == 0
+        assert main(openai_planning_args(server.url, cases_file, tmp_path / "scripted", "42")) == 0
     capsys.readouterr()
     assert main(["eval", "leaderboard", str(out), str(tmp_path / "scripted"), "--out", str(tmp_path / "board")]) == 0
     board = capsys.readouterr().out
@@ -377,21 +359,7 @@ def test_full_planning_set_scripted_and_tiny_model(tmp_path, tiny_model_dir):
     planning = load_cases(PLANNING_FILE)
     script, implied = build_script(planning.cases)
     with ScriptedAgent(script) as server:
-        args = [
-            "eval",
-            "planning",
-            "--agent",
-            "openai",
-            "--base-url",
-            server.url,
-            "--model",
-            "scripted",
-            "--seeds",
-            "42,1337,2024",
-            "--out",
-            str(tmp_path / "scripted"),
-        ]
-        assert main(args) == 0
+        assert main(openai_planning_args(server.url, None, tmp_path / "scripted", "42,1337,2024")) == 0
     summary = check_run(tmp_path / "scripted", planning.cases, implied, [42, 1337, 2024])
     assert summary["n_cases"] == 500 and summary["by_category"]["object_detection"]["n"] == 80
     args = [

@@ -1,4 +1,5 @@
-"""Sample builders covering every kind of sample the format allows (used by several foundation tests)."""
+"""Sample builders covering every kind of sample the format allows (used by several foundation tests): each kind is
+one_tool_call() with its differences."""
 
 from __future__ import annotations
 
@@ -7,18 +8,17 @@ import copy
 DETECTION = {"detections": [{"label": "plane", "box": [0.1, 0.2, 0.3, 0.4], "score": 0.91}]}
 
 
-def tool_free() -> dict:
-    return {
-        "id": "geochat/1/vqa/0",
-        "image": "images/scene.png",
-        "modality": "optical",
-        "source": "GeoChat-Instruct",
-        "ability": "vqa",
-        "messages": [
-            {"role": "user", "content": "<image>\nIs there a harbor in this image?"},
-            {"role": "assistant", "reasoning": "A harbor with piers is visible.", "actions": [], "value": "Yes."},
-        ],
-    }
+def user(content: str) -> dict:
+    return {"role": "user", "content": content}
+
+
+def assistant(reasoning: str, value: str | None = None, actions: tuple[dict, ...] = ()) -> dict:
+    """A plan turn (`actions`, no value) or an answer turn (`value`, no actions)."""
+    return {"role": "assistant", "reasoning": reasoning, "actions": list(actions), "value": value}
+
+
+def tool(name: str, content: dict) -> dict:
+    return {"role": "tool", "name": name, "content": content}
 
 
 def one_tool_call() -> dict:
@@ -30,31 +30,35 @@ def one_tool_call() -> dict:
         "ability": "object_detection",
         "difficulty": "easy",
         "messages": [
-            {"role": "user", "content": "<image>\nHow many planes are parked on the apron?"},
-            {
-                "role": "assistant",
-                "reasoning": "Counting planes needs a detector.",
-                "actions": [{"tool": "detect_objects", "params": {"categories": ["plane"]}}],
-                "value": None,
-            },
-            {"role": "tool", "name": "detect_objects", "content": copy.deepcopy(DETECTION)},
-            {
-                "role": "assistant",
-                "reasoning": "The detector found one plane.",
-                "actions": [],
-                "value": "There is 1 plane.",
-            },
+            user("<image>\nHow many planes are parked on the apron?"),
+            assistant(
+                "Counting planes needs a detector.",
+                actions=({"tool": "detect_objects", "params": {"categories": ["plane"]}},),
+            ),
+            tool("detect_objects", copy.deepcopy(DETECTION)),
+            assistant("The detector found one plane.", "There is 1 plane."),
         ],
     }
+
+
+def tool_free() -> dict:
+    sample = one_tool_call()
+    del sample["difficulty"]  # optional: this one leaves it out
+    sample.update(id="geochat/1/vqa/0", image="images/scene.png", source="GeoChat-Instruct", ability="vqa")
+    sample["messages"] = [
+        user("<image>\nIs there a harbor in this image?"),
+        assistant("A harbor with piers is visible.", "Yes."),
+    ]
+    return sample
 
 
 def multi_turn() -> dict:
     sample = one_tool_call()
     sample["id"] = "dota/P0001/object_detection/multi"
     sample["messages"] = [
-        {"role": "user", "content": "<image>\nWhat kind of scene is this?"},
-        {"role": "assistant", "reasoning": "Runways and aprons.", "actions": [], "value": "An airport."},
-        {"role": "user", "content": "How many planes are there?"},
+        user("<image>\nWhat kind of scene is this?"),
+        assistant("Runways and aprons.", "An airport."),
+        user("How many planes are there?"),
         *sample["messages"][1:],
     ]
     return sample
@@ -64,41 +68,21 @@ def two_tools() -> dict:
     sample = one_tool_call()
     sample["id"] = "dota/P0001/object_detection/two"
     sample["messages"][1]["actions"].append({"tool": "segment_semantic", "params": {"classes": ["water"]}})
-    sample["messages"].insert(
-        3, {"role": "tool", "name": "segment_semantic", "content": {"segments": [{"label": "water", "area": 0.25}]}}
-    )
+    sample["messages"].insert(3, tool("segment_semantic", {"segments": [{"label": "water", "area": 0.25}]}))
     return sample
 
 
 def sar() -> dict:
-    return {
-        "id": "sardet/0001/sar_detection/0",
-        "image": "images/sar.png",
-        "modality": "sar",
-        "source": "SARDet-100K",
-        "ability": "sar_detection",
-        "difficulty": "hard",
-        "messages": [
-            {"role": "user", "content": "<image>\nFind all ships in this SAR image."},
-            {
-                "role": "assistant",
-                "reasoning": "SAR detector.",
-                "actions": [{"tool": "sar_detect_all", "params": {}}],
-                "value": None,
-            },
-            {
-                "role": "tool",
-                "name": "sar_detect_all",
-                "content": {"detections": [{"label": "ship", "box": [0.5, 0.5, 0.6, 0.55]}]},
-            },
-            {
-                "role": "assistant",
-                "reasoning": "One ship.",
-                "actions": [],
-                "value": "One ship at [0.5, 0.5, 0.6, 0.55].",
-            },
-        ],
-    }
+    sample = one_tool_call()
+    sample.update(id="sardet/0001/sar_detection/0", image="images/sar.png", modality="sar", source="SARDet-100K")
+    sample.update(ability="sar_detection", difficulty="hard")
+    sample["messages"] = [
+        user("<image>\nFind all ships in this SAR image."),
+        assistant("SAR detector.", actions=({"tool": "sar_detect_all", "params": {}},)),
+        tool("sar_detect_all", {"detections": [{"label": "ship", "box": [0.5, 0.5, 0.6, 0.55]}]}),
+        assistant("One ship.", "One ship at [0.5, 0.5, 0.6, 0.55]."),
+    ]
+    return sample
 
 
 def special_text() -> dict:

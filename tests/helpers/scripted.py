@@ -5,6 +5,7 @@ script, or by what the question says), so the agent loop is driven through every
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -207,3 +208,11 @@ class KeywordSession:
             if word in question:
                 return plan(action, reasoning="Counting needs the detector.")
         return answer("A direct answer about the scene.")
+
+
+def openai_planning_args(url: str, cases: Path | None, out: Path, seeds: str = "42,1337", *extra: str) -> list[str]:
+    """`geopilot eval planning` against a scripted OpenAI-compatible server at `url` (model "scripted", one retry);
+    `cases` None: the frozen planning set."""
+    args = ["eval", "planning", "--agent", "openai", "--base-url", url, "--model", "scripted"]
+    args += ["--seeds", seeds, "--out", str(out), "--retries", "1"]
+    return args + (["--cases", str(cases)] if cases is not None else []) + list(extra)

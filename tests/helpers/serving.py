@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import subprocess
 import threading
 import time
 
@@ -14,6 +15,16 @@ from PIL import Image
 
 KEY = "test-key"
 MODEL = "geopilot-tiny"
+
+
+def stop_process(process: subprocess.Popen, grace_s: float = 20) -> None:
+    """Terminate a server process; kill it if it has not exited within `grace_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @contextlib.contextmanager

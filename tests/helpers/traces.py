@@ -96,35 +96,25 @@ def geochat_records(root: Path) -> list[AnnotationRecord]:
     return [AnnotationRecord("GeoChat-Instruct", name, 64, 64, record_id="P0003_0004", dialogues=[kept, grounding])]
 
 
+def _sar_record(root: Path, source: str, record_id: str, **annotations) -> AnnotationRecord:
+    """A 64 x 64 single-band record whose image is `<record_id>.png`."""
+    name = _image(root / f"{record_id}.png", mode="L")
+    return AnnotationRecord(source, name, 64, 64, modality="sar", record_id=record_id, **annotations)
+
+
 def sar_records(root: Path) -> list[AnnotationRecord]:
-    detection = AnnotationRecord(
-        "SARDet-100K",
-        _image(root / "0000001.png", mode="L"),
-        64,
-        64,
-        modality="sar",
-        record_id="0000001",
-        objects=[
-            ObjectAnnotation("ship", (0.1, 0.1, 0.3, 0.2)),
-            ObjectAnnotation("ship", (0.5, 0.5, 0.6, 0.6)),
-            ObjectAnnotation("harbor", (0.0, 0.7, 0.4, 1.0)),
-        ],
+    ships = [
+        ObjectAnnotation("ship", (0.1, 0.1, 0.3, 0.2)),
+        ObjectAnnotation("ship", (0.5, 0.5, 0.6, 0.6)),
+        ObjectAnnotation("harbor", (0.0, 0.7, 0.4, 1.0)),
+    ]
+    caption = Dialogue(
+        (("assistant", "A coastal city with dense buildings and a harbour with several moored ships."),), task="caption"
     )
-    caption = AnnotationRecord(
-        "SARLANG-1M",
-        _image(root / "Nice_3.png", mode="L"),
-        64,
-        64,
-        modality="sar",
-        record_id="Nice_3",
-        dialogues=[
-            Dialogue(
-                (("assistant", "A coastal city with dense buildings and a harbour with several moored ships."),),
-                task="caption",
-            )
-        ],
-    )
-    return [detection, caption]
+    return [
+        _sar_record(root, "SARDet-100K", "0000001", objects=ships),
+        _sar_record(root, "SARLANG-1M", "Nice_3", dialogues=[caption]),
+    ]
 
 
 def all_records(root: Path) -> list[AnnotationRecord]:

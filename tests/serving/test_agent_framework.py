@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 import pytest
 from helpers.chat_engine import engine_app
-from helpers.serving import KEY, serving
+from helpers.serving import KEY, serving, stop_process
 from helpers.weights import FIXTURES, REPO, spa_gan_checkpoint, weights_candidate
 from openai import OpenAI
 from PIL import Image
@@ -209,12 +209,7 @@ def geopilot_serve(model_dir, tmp_path_factory):
             time.sleep(0.3)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()
 
 

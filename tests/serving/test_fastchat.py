@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.serving import png_bytes
+from helpers.serving import png_bytes, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "fastchat-key"
@@ -99,12 +99,9 @@ def fastchat_stack(tiny_model_dir, tmp_path_factory):
         yield {"api": f"http://127.0.0.1:{api}", "worker": f"http://127.0.0.1:{worker}", "model": tiny_model_dir.name}
     finally:
         for process in processes:
-            process.terminate()
+            process.terminate()  # all at once, then wait for each
         for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop_process(process)
 
 
 def _message(image: bytes) -> list[dict]:

@@ -60,19 +60,20 @@ def test_default_config_binds_the_design_table():
     assert all(isinstance(tool, Tool) for tool in registry)
 
 
-def test_config_errors_name_the_key():
-    with pytest.raises(ConfigError, match="unknown tools"):
-        load_tools_config(overrides=["tools.detect_everything.backend=lae_dino"])
-    with pytest.raises(ConfigError, match="unknown backend 'yolo'"):
-        load_tools_config(overrides=["tools.detect_objects.backend=yolo"])
-    with pytest.raises(ConfigError, match="'spa_gan' cannot serve 'ground'"):
-        load_tools_config(overrides=["tools.ground.backend=spa_gan"])
-    with pytest.raises(ConfigError, match="misspelt"):
-        load_tools_config(overrides=["tools.ground.weigths=x"])
-    with pytest.raises(ConfigError, match="tools.remove_clouds.options: variant"):
-        build_registry(overrides=["tools.remove_clouds.options.variant=RICE9"])
-    with pytest.raises(ConfigError, match="tile_overlap"):
-        build_registry(overrides=["tools.detect_objects.options.tile_overlap=2000"])
+@pytest.mark.parametrize(
+    ("load", "override", "message"),
+    [
+        (load_tools_config, "tools.detect_everything.backend=lae_dino", "unknown tools"),
+        (load_tools_config, "tools.detect_objects.backend=yolo", "unknown backend 'yolo'"),
+        (load_tools_config, "tools.ground.backend=spa_gan", "'spa_gan' cannot serve 'ground'"),
+        (load_tools_config, "tools.ground.weigths=x", "misspelt"),
+        (build_registry, "tools.remove_clouds.options.variant=RICE9", "tools.remove_clouds.options: variant"),
+        (build_registry, "tools.detect_objects.options.tile_overlap=2000", "tile_overlap"),
+    ],
+)
+def test_config_errors_name_the_key(load, override, message):
+    with pytest.raises(ConfigError, match=message):
+        load(overrides=[override])
 
 
 def test_an_options_error_is_one_clean_line_even_from_pydantic_itself():

@@ -12,7 +12,7 @@ from geopilot.tool_output import Detection
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
 from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
-from geopilot.tools.tiling import detect_tiled, tile_windows
+from geopilot.tools.tiling import detect_windows, tile_windows
 
 TILE, OVERLAP, SCENE = 128, 48, 512  # tiles start at 0, 80, 160, 240, 320, 384 on each axis
 
@@ -73,7 +73,9 @@ def test_objects_across_tile_borders_are_found_exactly_once():
     detector = ColourBoxDetector()
     raw = sum(len(detector.detect(_scene().crop(w), ["box"])) for w in tile_windows(SCENE, SCENE, TILE, OVERLAP))
     assert raw > 2 * len(OBJECTS)  # the scene really does cut objects into several tiles' detections
-    merged = detect_tiled(lambda tile: detector.detect(tile, ["box"]), _scene(), tile=TILE, overlap=OVERLAP)
+    merged = detect_windows(
+        lambda tile: detector.detect(tile, ["box"]), _scene(), tile=TILE, overlap=OVERLAP
+    ).detections
     assert len(merged) == len(OBJECTS)
     found = sorted(tuple(round(v * SCENE) for v in d.box) for d in merged)
     assert found == sorted(OBJECTS)
@@ -81,7 +83,9 @@ def test_objects_across_tile_borders_are_found_exactly_once():
 
 def test_objects_larger_than_the_overlap_are_joined_into_one_box():
     detector = ColourBoxDetector()
-    merged = detect_tiled(lambda tile: detector.detect(tile, ["box"]), _scene(BIG_OBJECTS), tile=TILE, overlap=OVERLAP)
+    merged = detect_windows(
+        lambda tile: detector.detect(tile, ["box"]), _scene(BIG_OBJECTS), tile=TILE, overlap=OVERLAP
+    ).detections
     found = sorted(tuple(round(v * SCENE) for v in d.box) for d in merged)
     assert found == sorted(BIG_OBJECTS)
 
@@ -89,7 +93,10 @@ def test_objects_larger_than_the_overlap_are_joined_into_one_box():
 def test_small_images_are_not_tiled():
     detector = ColourBoxDetector()
     image = _scene().crop((0, 0, 120, 120))
-    assert len(detect_tiled(lambda tile: detector.detect(tile, ["box"]), image, tile=TILE, overlap=OVERLAP)) == 2
+    assert (
+        len(detect_windows(lambda tile: detector.detect(tile, ["box"]), image, tile=TILE, overlap=OVERLAP).detections)
+        == 2
+    )
     assert detector.calls == 1
 
 

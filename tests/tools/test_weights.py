@@ -8,7 +8,14 @@ from safetensors.torch import save_file
 from torch import nn
 
 from geopilot.errors import WeightsError
-from geopilot.tools.weights import load_strict, pick_device, read_state_dict, remap_keys, resolve_weights
+from geopilot.tools.weights import (
+    load_checkpoint,
+    load_strict,
+    pick_device,
+    read_state_dict,
+    remap_keys,
+    resolve_weights,
+)
 
 
 class _Payload:
@@ -102,3 +109,21 @@ def test_device_choice():
     assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(WeightsError, match="unknown device"):
         pick_device("tpu9")
+
+
+def test_load_checkpoint_loads_through_the_backend_loader_and_places_the_module(tmp_path, caplog):
+    stored = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)).half()
+    path = tmp_path / "half.pth"
+    torch.save(stored.state_dict(), path)
+    seen = []
+
+    def load_state(module, state, source):
+        seen.append(source)
+        load_strict(module, state, source=source)
+
+    with caplog.at_level("WARNING"):
+        module = load_checkpoint(nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)), path, load_state, pick_device("cpu"))
+    assert seen == [str(path)] and not module.training
+    assert all(p.dtype == torch.float32 for p in module.parameters())
+    assert torch.equal(module[0].weight, stored[0].weight.float())
+    assert "stored as float16 are converted to float32" in caplog.text

@@ -11,6 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers.scripted import openai_planning_args
 
 from geopilot.cli import main
 from geopilot.eval.cases import load_cases
@@ -133,28 +134,9 @@ def test_loopback_openai_agent_scores_what_its_script_implies(region, suite, tmp
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         out = tmp_path / "loopback"
-        args = [
-            "eval",
-            "planning",
-            "--agent",
-            "openai",
-            "--base-url",
-            f"http://127.0.0.1:{server.server_port}/v1",
-            "--model",
-            "scripted",
-            "--tools-as",
-            "openai",
-            "--catalog",
-            str(region / "catalog.yaml"),
-            "--cases",
-            str(suite),
-            "--seeds",
-            "7",
-            "--out",
-            str(out),
-            "--json",
-        ]
-        assert main(args) == 0
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        tools = ["--tools-as", "openai", "--catalog", str(region / "catalog.yaml")]
+        assert main(openai_planning_args(url, suite, out, "7", *tools, "--json")) == 0
     finally:
         server.shutdown()
     summary = json.loads(capsys.readouterr().out)

@@ -12,6 +12,8 @@ from geopilot.cli import main
 from geopilot.sample import Action
 from geopilot.tool_output import llm_view
 
+FOREST_SHARE = {"layer": "land_cover", "level": "municipality", "metric": "forest"}  # of municipalities
+
 
 def call(registry, tool, **params):
     return registry.call(Action(tool=tool, params=params), image=None)
@@ -72,20 +74,13 @@ def test_ranking_threshold_comparison_and_time_series_agree_with_truth(registry,
         registry, "threshold_count", layer="land_cover", level="municipality", metric="urban", op="above", threshold=20
     ).output.data
     assert above["count"] == sum(1 for m in municipalities.values() if m["land_cover"]["urban"] > 20)
-    compared = call(
-        registry,
-        "compare_areas",
-        layer="land_cover",
-        areas=["Añora de Ríos", "Vilanova de Órrega"],
-        level="municipality",
-        metric="forest",
-    ).output.data
+    compared = call(registry, "compare_areas", areas=["Añora de Ríos", "Vilanova de Órrega"], **FOREST_SHARE)
     gap = (
         municipalities["Añora de Ríos"]["land_cover"]["forest"]
         - municipalities["Vilanova de Órrega"]["land_cover"]["forest"]
     )
     assert 0.1 <= abs(gap) <= 2  # a near-equal pair, by construction
-    assert compared["difference"] == pytest.approx(gap, abs=0.011)
+    assert compared.output.data["difference"] == pytest.approx(gap, abs=0.011)
     series = call(registry, "statistics_over_time", layer="ndvi", area="Braçal", level="municipality").output.data
     assert [p["date"] for p in series["series"]] == ["2021", "2022", "2023", "2024"]
     assert series["series"][0]["value"] == pytest.approx(municipalities["Braçal"]["ndvi"]["2021"]["mean"], abs=1e-4)
@@ -102,14 +97,7 @@ def test_geometry_tools_and_chart(registry):
     assert grown["buffered_km2"] > grown["area_km2"]
     points = call(registry, "centroids", level="country").output.data["centroids"]
     assert len(points) == 2 and all(-180 <= p["lon"] <= 180 for p in points)
-    chart = call(
-        registry,
-        "generate_chart",
-        layer="land_cover",
-        areas=["Braçal", "Évora Nova"],
-        level="municipality",
-        metric="forest",
-    )
+    chart = call(registry, "generate_chart", areas=["Braçal", "Évora Nova"], **FOREST_SHARE)
     artifact = chart.output.artifacts[0]
     assert artifact.kind == "image"
     with open(artifact.path, "rb") as png:
