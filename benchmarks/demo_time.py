@@ -1,6 +1,7 @@
 """How long `geopilot demo` takes with its default settings, and what it reaches: the wall time of every phase,
 the total against the 20-minute target on 2 CPU cores, the held-out planning OPA (target >= 0.85) and the
-SAR/optical routing of detection and grounding (target >= 0.95). With `--twice` it runs the demo a second time
+SAR/optical routing of detection and grounding (target >= 0.95), and the chain suite's chain accuracy with its
+breakdowns (first step, second step, both, answer; reported, no target). With `--twice` it runs the demo a second time
 into another folder and checks that the same seed gives the same metrics.
 
     python benchmarks/demo_time.py [--out runs/bench_demo] [--quick] [--seed 0] [--threads N] [--twice] [--json]
@@ -43,6 +44,7 @@ def one_run(out: Path, settings: DemoSettings) -> dict:
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
         "metrics": {k: evaluation[k] for k in ("TSA", "PA", "NTA", "OPA", "by_difficulty", "tsa_by_tool", "routing")},
+        "chains": results["chain_eval"],
     }
 
 
@@ -66,6 +68,14 @@ def print_text(report: dict) -> None:
         f"routing {metrics['routing']['accuracy']:.3f} (target >= {TARGET_ROUTING}): "
         f"{'met' if report['routing_target_met'] else 'NOT met'}"
     )
+    chains = first["chains"]
+    steps = "  ".join(f"{m} {chains[m]:.3f}" for m in ("first_step", "second_step", "both", "answer"))
+    print(f"chains ({chains['cases']} cases): chain accuracy {chains['chain']:.3f}  OPA {chains['OPA']:.3f}  {steps}")
+    for kind, group in chains["by_kind"].items():
+        print(
+            f"  {kind:<24} n={group['n']:<3} first {group['first_step']:.2f}  second {group['second_step']:.2f}  "
+            f"chain {group['chain']:.2f}"
+        )
     if report["same_metrics"] is not None:  # --twice
         print(f"same seed, same metrics: {report['same_metrics']}")
 
@@ -93,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         "time_target_met": first["seconds"] / 60 <= TARGET_MINUTES,
         "opa_target_met": (first["metrics"]["OPA"] or 0) >= TARGET_OPA,
         "routing_target_met": first["metrics"]["routing"]["accuracy"] >= TARGET_ROUTING,
-        "same_metrics": runs[0]["metrics"] == runs[1]["metrics"] if args.twice else None,
+        "same_metrics": (runs[0]["metrics"], runs[0]["chains"]) == (runs[1]["metrics"], runs[1]["chains"])
+        if args.twice
+        else None,
     }
     return emit(report, args.json, lambda: print_text(report))
 

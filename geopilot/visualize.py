@@ -2,6 +2,7 @@
 masks as translucent overlays (COCO RLE decoded with pycocotools), road graphs as lines and nodes.
 
     draw_outputs(image, [call.output for call in result.tool_calls if call.output]).save("out.png")
+    draw_chain(image, result.tool_calls).save("chain.png")  # input -> each call's result, side by side
 """
 
 from __future__ import annotations
@@ -77,3 +78,50 @@ def draw_outputs(image: Image.Image, outputs: list[ToolOutput]) -> Image.Image:
             for x, y in nodes:
                 pen.ellipse((x - line - 1, y - line - 1, x + line + 1, y + line + 1), fill=ROAD_COLOUR)
     return canvas.convert("RGB")
+
+
+def chain_panels(image: Image.Image, calls) -> list[tuple[str, Image.Image]]:
+    """[(caption, picture)]: the input, then each call's result in call order. An image artefact is shown as it is
+    (and is what a later `result:N` call is drawn on); other outputs are drawn on the image they were computed on."""
+    images = {"input": image.convert("RGB")}
+    panels = [("input", images["input"])]
+    for number, call in enumerate(calls, start=1):
+        caption = f"{number}. {call.tool}"
+        if call.output is None:  # a failed call: the model read its error, nothing was computed
+            panels.append((caption + " (failed)", Image.new("RGB", image.size, (235, 235, 235))))
+            continue
+        base = images.get(call.output.computed_on, images["input"])
+        artefact = next((a for a in call.output.artifacts if a.kind == "image"), None)
+        if artefact is not None:
+            from geopilot.image import load_image
+
+            picture = load_image(artefact.path).image.convert("RGB")
+            images[f"result:{number}"] = picture
+        else:
+            picture = draw_outputs(base, [call.output])
+        on = "" if call.output.computed_on == "input" else f" on {call.output.computed_on}"
+        panels.append((caption + on, picture))
+    return panels
+
+
+def draw_chain(image: Image.Image, calls, height: int = 256) -> Image.Image:
+    """The panels of `chain_panels` side by side at one height, each captioned below, joined by arrows."""
+    panels = chain_panels(image, calls)
+    gap, caption = 28, 18
+    scaled = [p.resize((max(1, round(p.width * height / p.height)), height)) for _, p in panels]
+    width = sum(p.width for p in scaled) + gap * (len(scaled) - 1)
+    strip = Image.new("RGB", (width, height + caption), "white")
+    pen = ImageDraw.Draw(strip)
+    x = 0
+    for index, ((text, _), picture) in enumerate(zip(panels, scaled, strict=True)):
+        strip.paste(picture, (x, 0))
+        pen.text((x + 2, height + 3), text, fill=(40, 40, 40))
+        x += picture.width
+        if index < len(scaled) - 1:
+            middle = height // 2
+            pen.line([(x + 5, middle), (x + gap - 6, middle)], fill=(90, 90, 90), width=2)
+            pen.polygon(
+                [(x + gap - 6, middle - 5), (x + gap - 6, middle + 5), (x + gap - 1, middle)], fill=(90, 90, 90)
+            )
+            x += gap
+    return strip

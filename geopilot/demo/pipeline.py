@@ -5,7 +5,10 @@
     stage2    train.py: SAR + alpha * |optical| replayed optical samples, from the stage-1 export -> DIR/model
     evaluate  the planning set rebuilt over the same synthetic images (eval/planning_set.py, templates disjoint
               from data_gen's), a stratified held-out subset, scored by the deterministic scorer
-    chats     two chats (optical, SAR) with the annotation-backed tools, tool outputs drawn
+    chain_eval  the frozen chain suite chains_v1 (two-step plans, its tools answering from its annotations), a
+              stratified subset, scored by the same scorer with the chain breakdowns
+    chats     two chats (optical, SAR) with the annotation-backed tools, tool outputs drawn, and one chain drawn
+              input -> intermediate result -> final result
     report    plots + DIR/report.md
 Every phase is safe to rerun after an interruption: generate, train.py and the benchmark runner resume on their own.
 """
@@ -47,9 +50,9 @@ def generate_config(layout: Layout, settings: DemoSettings):
     with resources.as_file(path) as file:
         config = load_config(GenerateConfig, file)
     sources = [s.model_copy(update={"root": layout.synth / Path(s.root).name}) for s in config.sources]
-    return config.model_copy(
-        update={"sources": sources, "seed": settings.seed, "samples_per_record": settings.samples_per_record}
-    )
+    chains = config.chains.model_copy(update={"share": settings.chain_share})
+    update = {"sources": sources, "seed": settings.seed, "samples_per_record": settings.samples_per_record}
+    return config.model_copy(update={**update, "chains": chains})
 
 
 def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
@@ -75,7 +78,14 @@ def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict
     shutil.rmtree(layout.tokenizer, ignore_errors=True)
     os.replace(staging, layout.tokenizer)
     counts = {m: sum(1 for s in samples if s.modality == m) for m in ("optical", "sar")}
-    return {"samples": len(samples), "dropped": result.report["dropped"], **counts, "vocab": len(tokenizer)}
+    chains = result.report["chains"]
+    return {
+        "samples": len(samples),
+        "dropped": result.report["dropped"],
+        **counts,
+        "vocab": len(tokenizer),
+        "chains": {"by_kind": chains["by_kind"], "share_pct": chains["share_pct"]},
+    }
 
 
 # ---- training -----------------------------------------------------------------------------------------------------
@@ -286,6 +296,57 @@ def run_evaluate(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     }
 
 
+def chain_subset(layout: Layout, settings: DemoSettings) -> Path:
+    """DIR/eval/chains_heldout.jsonl: `chain_cases` of the frozen chain suite, stratified by chain kind, their images
+    the suite's own (absolute paths, so the file can live in the out folder)."""
+    from geopilot.eval.chain_set import CHAINS_FILE
+
+    cases = [json.loads(line) for line in CHAINS_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    chosen = held_out_subset(cases, settings.chain_cases)
+    for case in chosen:
+        case["image"] = _absolute(CHAINS_FILE.parent / case["image"])
+    path = layout.eval / "chains_heldout.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, "".join(json.dumps(case, ensure_ascii=False) + "\n" for case in chosen))
+    return path
+
+
+def chain_tool_layer():
+    """The ten tools answering from the chain suite's annotations: a chain's second step reads the first's output."""
+    from geopilot.eval.chain_set import CHAINS_FILE
+    from geopilot.eval.toolkit import annotation_layer, suite_annotations
+
+    return annotation_layer(suite_annotations(CHAINS_FILE))
+
+
+def run_chain_eval(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
+    """The chain suite's subset through the demo model, each case with its own max_rounds, scored by the same
+    scorer: OPA and the chain breakdowns (first step, second step, both, answer, the whole chain)."""
+    import torch
+
+    from geopilot.eval.agents import GeoPilotAgent
+    from geopilot.eval.cases import load_cases
+    from geopilot.eval.metrics import CHAIN_METRICS
+    from geopilot.eval.runner import run_benchmark
+
+    torch.set_num_threads(settings.threads)
+    case_set = load_cases(chain_subset(layout, settings))
+    registry, layer = chain_tool_layer()
+    agent = GeoPilotAgent(str(layout.model), registry, {"max_new_tokens": settings.max_new_tokens}, device="cpu")
+    summary = run_benchmark(
+        agent, case_set, [settings.seed], layout.eval / "chains_run", layer, "geopilot-demo", None, progress
+    )
+    chains = summary["chains"]
+    return {
+        "cases": len(case_set.cases),
+        "cases_sha256": case_set.sha256,
+        **{metric: summary[metric] for metric in ("TSA", "PA", "OPA")},
+        **{metric: chains[metric] for metric in CHAIN_METRICS},
+        "by_kind": {kind.removeprefix("chain_"): group for kind, group in chains["by_kind"].items()},
+        "failures": summary["failures"],
+    }
+
+
 def tsa_by_tool(rows: list[dict], cases: dict) -> dict[str, float]:
     """TSA per expected tool (its first expected tool; "no tool" for the abstention cases)."""
     groups: dict[str, list[bool]] = {}
@@ -381,4 +442,52 @@ def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dic
             }
         )
         progress(index + 1, len(examples))
-    return {"chats": chats}
+    return {"chats": chats, "chain": run_chain_chat(layout, settings)}
+
+
+def chain_example(layout: Layout) -> dict:
+    """The chain case the report draws: from the scored subset, a cloud chain (its intermediate result is an image)
+    the model got right, else any chain it got right, else the first cloud chain."""
+    from geopilot.eval.runner import read_rows
+
+    cases = [json.loads(line) for line in (layout.eval / "chains_heldout.jsonl").read_text().splitlines() if line]
+    rows = read_rows(layout.eval / "chains_run" / "results.jsonl")
+    right = {row["case_id"] for row in rows if (row["score"].get("chain") or {}).get("chain")}
+    cloud = [case for case in cases if case["category"] == "chain_cloud_detection"] or cases
+    preferred = [case for case in cloud if case["id"] in right] + [case for case in cases if case["id"] in right]
+    return (preferred or cloud)[0]
+
+
+def run_chain_chat(layout: Layout, settings: DemoSettings) -> dict:
+    """One chain of the suite chatted again with the demo model and the suite's annotation-backed tools, drawn as
+    input -> intermediate result -> final result (chats/chain.png)."""
+    import torch
+
+    from geopilot.agent import GeoPilot
+    from geopilot.image import load_image
+    from geopilot.visualize import draw_chain
+
+    torch.manual_seed(settings.seed)
+    case = chain_example(layout)
+    registry, _ = chain_tool_layer()
+    pilot = GeoPilot.from_pretrained(layout.model, tools=registry, device="cpu")
+    result = pilot.chat(
+        case["image"],
+        case["query"],
+        max_rounds=case["max_rounds"],
+        generation={"max_new_tokens": settings.max_new_tokens},
+        modality=case["modality"],
+    )
+    picture = layout.chats / "chain.png"
+    draw_chain(load_image(case["image"]).image, result.tool_calls).save(picture)
+    return {
+        "case_id": case["id"],
+        "query": case["query"],
+        "expected": case["reference_calls"],
+        "tool_calls": [
+            {"round": c.round, "tool": c.tool, "params": c.params, "error": c.error} for c in result.tool_calls
+        ],
+        "answer": result.answer,
+        "outcome": result.outcome,
+        "picture": picture.name,
+    }

@@ -1,4 +1,5 @@
-"""DIR/report.md and its plots: loss curves per stage, per-tool TSA, OPA by difficulty, the two sample chats."""
+"""DIR/report.md and its plots: loss curves per stage, per-tool TSA, OPA by difficulty, chain accuracy and its
+breakdowns, the two sample chats and one chain drawn input -> intermediate result -> final result."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ METRICS = {  # docs/eval_planning.md, "Metrics"
     "PA": "parameter accuracy, over the tool cases with the right tools: every call's parameters pass their checks",
     "NTA": "no-tool accuracy, over the cases that need no tool: none was called",
     "OPA": "overall planning accuracy: TSA and PA right on a tool case, NTA right on a no-tool case",
+}
+CHAIN_ACCURACY = (  # docs/chains.md, "The chain suite"
+    "chain accuracy: every check of a chain case passes (both tools in order, each with its parameters, the second "
+    "reading the first's result, and the answer's numbers)"
+)
+CHAIN_STEPS = {
+    "first_step": "first step: the chain's first tool called with the right parameters",
+    "second_step": "second step: its second tool called in a later round with the right parameters "
+    "(the SAR chain has one call: its second step is the count in the answer)",
+    "both": "both: first and second step right",
+    "answer": "answer: the answer's numbers match the ground truth computed from the annotations",
 }
 
 
@@ -105,8 +117,26 @@ def plot_bars(values: dict[str, float], path: Path, ylabel: str, colour: str = B
     plt.close(fig)
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def chain_lines(chat: dict) -> list[str]:
+    """The drawn chain: the request, the calls the suite expects and those the model made, the answer, the picture."""
+
+    def calls(items: list[dict]) -> str:
+        return ", ".join(f"`{c['tool']}({json.dumps(c.get('params', {}))})`" for c in items) or "none"
+
+    return [
+        f"**One chain** (`{chat['case_id']}`) — *{chat['query']}*",
+        "",
+        f"- expected: {calls(chat['expected'])}",
+        f"- the model's calls: {calls(chat['tool_calls'])}",
+        f"- answer: {chat['answer'] or '(empty)'}",
+        "",
+        f"![the chain: input, then each call's result](chats/{chat['picture']})",
+        "",
+    ]
 
 
 def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
@@ -115,9 +145,10 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
     plot_losses(results, layout.plots / "loss.png")
     plot_bars(evaluation["tsa_by_tool"], layout.plots / "tsa_by_tool.png", "TSA (%)")
     plot_bars(evaluation["by_difficulty"], layout.plots / "opa_by_difficulty.png", "OPA (%)", RUST)
-    data, routing = results["data"], evaluation["routing"]
+    data, routing, chains = results["data"], evaluation["routing"], results["chain_eval"]
     seconds = results.get("seconds", {})
-    chats = results["chats"]["chats"]
+    chats, chain_chat = results["chats"]["chats"], results["chats"]["chain"]
+    chain_samples = {kind: sum(counts.values()) for kind, counts in data["chains"]["by_kind"].items()}
     lines = [
         "# GeoPilot demo",
         "",
@@ -127,10 +158,20 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         "",
         *(f"- **{name}** = {meaning}." for name, meaning in METRICS.items()),
         "",
+        "Two-step tool chains, over the chain-suite cases:",
+        "",
+        f"- **{CHAIN_ACCURACY.split(':')[0]}** ={CHAIN_ACCURACY.split(':', 1)[1]}.",
+        *(f"- **{m.split(':')[0]}** ={m.split(':', 1)[1]}." for m in CHAIN_STEPS.values()),
+        "",
+        f"| OPA (planning, {evaluation['cases']} cases) | chain accuracy ({chains['cases']} cases) |",
+        "|---|---|",
+        f"| **{percent(evaluation['OPA'])}** | **{percent(chains['chain'])}** |",
+        "",
         f"The whole recipe on this machine: {settings.optical} optical + {settings.sar} SAR synthetic scenes -> "
-        f"{data['samples']} tool-trace samples (template backend; {data['optical']} optical, {data['sar']} SAR) -> "
+        f"{data['samples']} tool-trace samples (template backend; {data['optical']} optical, {data['sar']} SAR; "
+        f"{sum(chain_samples.values())} of them two-step chains, {settings.chain_share:.0%} of each stage) -> "
         f"stage 1 ({results['stage1']['steps']} steps) -> stage 2 with alpha = {settings.alpha:g} "
-        f"({results['stage2']['steps']} steps) -> planning evaluation -> two chats. Seed {settings.seed}; "
+        f"({results['stage2']['steps']} steps) -> planning and chain evaluation -> three chats. Seed {settings.seed}; "
         f"settings fingerprint `{settings.fingerprint()}` (`demo.json`). The model is `{layout.model}` "
         f"(`GeoPilot.from_pretrained({str(layout.model)!r})`); from the folder you ran the demo in:",
         "",
@@ -145,17 +186,34 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         "",
         "| TSA | PA | NTA | OPA | SAR/optical routing |",
         "|---|---|---|---|---|",
-        f"| {_pct(evaluation['TSA'])} | {_pct(evaluation['PA'])} | {_pct(evaluation['NTA'])} | "
-        f"**{_pct(evaluation['OPA'])}** | {_pct(routing['accuracy'])} |",
+        f"| {percent(evaluation['TSA'])} | {percent(evaluation['PA'])} | {percent(evaluation['NTA'])} | "
+        f"**{percent(evaluation['OPA'])}** | {percent(routing['accuracy'])} |",
         "",
         f"Routing: of the cases that expect a detection or grounding tool, the share that called one of the image's "
         f"modality and none of the other's (optical {routing['correct']['optical']}/{routing['total']['optical']}, "
         f"SAR {routing['correct']['sar']}/{routing['total']['sar']}).",
         "",
-        "OPA by category: " + ", ".join(f"{k} {_pct(v)}" for k, v in evaluation["by_category"].items()) + ".",
+        "OPA by category: " + ", ".join(f"{k} {percent(v)}" for k, v in evaluation["by_category"].items()) + ".",
         "",
         "![TSA per tool](plots/tsa_by_tool.png) ![OPA by difficulty](plots/opa_by_difficulty.png)",
         "",
+        "## Two-step tool chains",
+        "",
+        f"{chains['cases']} cases of the frozen chain suite `chains_v1` (stratified by chain kind; its scenes and "
+        "query templates are not the training data's), each with its own `max_rounds`, the tools answering from the "
+        "suite's annotations so a second step reads the first one's real output (`eval/chains_run/`). Training "
+        "chains per kind: " + ", ".join(f"{kind} {n}" for kind, n in chain_samples.items()) + ".",
+        "",
+        "| chain kind | cases | first step | second step | both | answer | chain |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {kind} | {group['n']} | " + " | ".join(percent(group[m]) for m in (*CHAIN_STEPS, "chain")) + " |"
+            for kind, group in [("all", {"n": chains["cases"], **chains}), *chains["by_kind"].items()]
+        ),
+        "",
+        f"OPA {percent(chains['OPA'])}, TSA {percent(chains['TSA'])}, PA {percent(chains['PA'])} on the same cases.",
+        "",
+        *chain_lines(chain_chat),
         "## Training",
         "",
         f"A LLaVA-1.5-shaped model trained from scratch: CLIP-style vision tower ({settings.model.vision_layers} layers, "

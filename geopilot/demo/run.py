@@ -25,19 +25,23 @@ SECONDS_PER_TRAIN_SAMPLE_EPOCH = {
     2: 0.0122,
 }  # default runs: 1112 s (1 thread, before the image cache), 542 s (2)
 SECONDS_PER_EVAL_CASE = 0.3
+SECONDS_PER_CHAIN_CASE = 0.5
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
     # samples generate makes of the scenes: per scene 7.74 optical and 1.92 SAR tool samples per samples_per_record,
     # plus 9 optical (GeoChat-Instruct) and 4 SAR (SARLANG-1M) tool-free ones (measured: 4434 of 80, 930 of 60)
-    optical = (7.74 * settings.samples_per_record + 9) * settings.optical
-    sar = (1.92 * settings.samples_per_record + 4) * settings.sar
+    # and the chain traces on top, `chain_share` of each stage's samples
+    chains = 1.0 / (1.0 - settings.chain_share)
+    optical = (7.74 * settings.samples_per_record + 9) * settings.optical * chains
+    sar = (1.92 * settings.samples_per_record + 4) * settings.sar * chains
     sample_epochs = optical * settings.stage1_epochs + (sar + settings.alpha * optical) * settings.stage2_epochs
     size = (settings.model.text_hidden / 96) * (settings.model.text_layers / 3)
     return (
         SECONDS_PER_SCENE * (settings.optical + settings.sar)
         + SECONDS_PER_TRAIN_SAMPLE_EPOCH[min(settings.threads, 2)] * size * sample_epochs
         + SECONDS_PER_EVAL_CASE * settings.eval_cases
+        + SECONDS_PER_CHAIN_CASE * settings.chain_cases
         + 60  # process start-ups, tokenisation, plots
     )
 
@@ -173,6 +177,8 @@ def _run_phase(phase: str, layout: Layout, settings: DemoSettings, progress) -> 
         return result
     if phase == "evaluate":
         return pipeline.run_evaluate(layout, settings, progress)
+    if phase == "chain_eval":
+        return pipeline.run_chain_eval(layout, settings, progress)
     if phase == "chats":
         return pipeline.run_chats(layout, settings, progress)
     from geopilot.demo.report import write_report
@@ -185,17 +191,20 @@ def _run_phase(phase: str, layout: Layout, settings: DemoSettings, progress) -> 
 
 def _summary(results: dict, settings: DemoSettings) -> str:
     """The console's last words: the preset and what its numbers mean first, then the numbers."""
-    from geopilot.demo.report import METRICS, preset_line
+    from geopilot.demo.report import CHAIN_STEPS, METRICS, percent, preset_line
 
-    evaluation = results["evaluate"]
+    evaluation, chains = results["evaluate"], results["chain_eval"]
     parts = [f"{m} {100 * evaluation[m]:.1f}%" for m in METRICS if evaluation[m] is not None]
     parts.append(f"SAR/optical routing {100 * evaluation['routing']['accuracy']:.1f}%")
+    steps = "  ".join(f"{meaning.split(':')[0]} {percent(chains[key])}" for key, meaning in CHAIN_STEPS.items())
     total = sum(results["seconds"].values())
     legend = ", ".join(f"{name} = {meaning.split(':')[0]}" for name, meaning in METRICS.items())
     return "\n".join(
         [
             preset_line(settings),
             f"planning on {evaluation['cases']} held-out cases: " + "  ".join(parts) + f"  ({total / 60:.1f} min)",
+            f"two-step chains on {chains['cases']} chain-suite cases: chain accuracy {percent(chains['chain'])}  "
+            f"(OPA {percent(chains['OPA'])}; {steps})",
             f"({legend}; the report spells them out)",
         ]
     )

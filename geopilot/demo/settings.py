@@ -16,7 +16,7 @@ from geopilot.config import StrictConfig
 from geopilot.fileio import fingerprint
 from geopilot.model import TinyModelConfig
 
-PHASES = ("data", "stage1", "stage2", "evaluate", "chats", "report")
+PHASES = ("data", "stage1", "stage2", "evaluate", "chain_eval", "chats", "report")
 MAX_THREADS = 256  # torch threads; more is a typo (100000 threads exhausted the process)
 
 
@@ -29,6 +29,7 @@ class DemoSettings(StrictConfig):
     optical: int = Field(default=80, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
     sar: int = Field(default=60, ge=4, le=1000)  # synthetic SAR scenes
     samples_per_record: int = Field(default=6, ge=1, le=20)  # tool samples per (scene, ability): more query wordings
+    chain_share: float = Field(default=0.1, ge=0.0, lt=1.0)  # two-step chain traces, a share of each stage's samples
     vocab_size: int = Field(default=1536, ge=300)  # the model's own BPE, trained on the generated traces
     model: TinyModelConfig = TinyModelConfig(
         image_size=32,
@@ -53,6 +54,8 @@ class DemoSettings(StrictConfig):
     # held-out planning subset, exactly this many (stratified, one per category and difficulty at least: 27 groups;
     # 500 = all)
     eval_cases: int = Field(default=100, ge=27, le=500)
+    # cases of the chain suite chains_v1 scored (stratified by chain kind; 124 = all, 4 kinds at least)
+    chain_cases: int = Field(default=124, ge=4, le=124)
     max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
     # torch threads: part of the result (same seed and threads, same numbers); both cores of a 2-core machine
     threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1, le=MAX_THREADS)
@@ -75,6 +78,7 @@ class DemoSettings(StrictConfig):
             stage1_epochs=1,
             stage2_epochs=1,
             eval_cases=27,
+            chain_cases=8,
             max_new_tokens=48,
             **chosen,
         )

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from geopilot.cli import main
+from geopilot.data_gen.chains import CHAIN_KINDS
 from geopilot.demo import pipeline
 from geopilot.demo.run import check_disk, check_out_dir, read_results, run_demo, run_dir
 from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.cases import Case
+from geopilot.fileio import fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,6 +54,16 @@ def test_other_settings_are_refused_never_mixed(tmp_path):
         check_out_dir(layout, DemoSettings.preset(quick=True, seed=1))
     with pytest.raises(GeoPilotInputError, match="other settings"):
         check_out_dir(layout, DemoSettings.preset(quick=False, seed=0))
+
+
+def test_a_folder_from_before_chains_is_refused_naming_the_chain_settings(tmp_path):
+    """Its model never saw a chain and it has no chain_eval phase: resuming it would mix two recipes."""
+    layout, settings = Layout(tmp_path), DemoSettings.preset(quick=True)
+    before = {k: v for k, v in settings.model_dump(mode="json").items() if k not in ("chain_share", "chain_cases")}
+    record = {"fingerprint": fingerprint(before), "settings": before}
+    layout.settings.write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(GeoPilotInputError, match=r"chain_cases: \(not set\) -> 8, chain_share: \(not set\) -> 0.1"):
+        check_out_dir(layout, settings)
 
 
 def test_same_settings_resume_and_a_finished_run_is_reused(tmp_path):
@@ -165,9 +177,30 @@ def test_a_relative_out_resumed_from_another_directory_is_the_same_training_run(
 def test_the_generate_config_reads_the_synthetic_roots_under_the_out_folder(tmp_path):
     config = pipeline.generate_config(Layout(tmp_path), DemoSettings(seed=3))
     assert config.backend.kind == "template" and config.seed == 3
+    assert config.chains.share == 0.1 and config.chains.kinds == list(CHAIN_KINDS)  # chains in both stages
+    assert pipeline.generate_config(Layout(tmp_path), DemoSettings(chain_share=0.25)).chains.share == 0.25
     assert {s.root.parent for s in config.sources} == {tmp_path / "data" / "synth"}
     abilities = {a for s in config.sources for a in s.abilities}
     assert {"instance_segmentation", "general_understanding", "semantic_segmentation"} <= abilities
+
+
+def test_the_chain_subset_covers_every_kind_with_the_suites_own_images(tmp_path):
+    from geopilot.eval.cases import load_cases
+    from geopilot.eval.chain_set import CHAINS_FILE
+
+    layout = Layout(tmp_path)
+    quick = load_cases(pipeline.chain_subset(layout, DemoSettings.preset(quick=True)))
+    assert len(quick.cases) == 8
+    assert Counter(c.category for c in quick.cases) == {
+        "chain_cloud_detection": 3,
+        "chain_grounding_segmentation": 2,
+        "chain_detection_in_region": 2,
+        "chain_sar_detection_counting": 1,
+    }
+    assert all(Path(c.image).is_absolute() and Path(c.image).is_file() for c in quick.cases)
+    assert all(c.max_rounds == len(c.expected_tools) for c in quick.cases)  # each case keeps its own max_rounds
+    whole = load_cases(pipeline.chain_subset(layout, DemoSettings()))
+    assert [c.id for c in whole.cases] == [c.id for c in load_cases(CHAINS_FILE).cases]  # the default: all 124
 
 
 @pytest.mark.slow
@@ -184,6 +217,7 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
         "plots/opa_by_difficulty.png",
         "chats/optical.png",
         "chats/sar.png",
+        "chats/chain.png",
     ):
         assert f"({picture})" in text and (first / picture).stat().st_size > 1000
     result = GeoPilot.from_pretrained(first / "model", device="cpu").chat(
@@ -195,6 +229,13 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
     metrics = read_results(Layout(first))["evaluate"]
     recorded = json.loads((first / "demo.json").read_text(encoding="utf-8"))["settings"]
     assert metrics["cases"] == recorded["eval_cases"] == 27  # asked for = scored
+    results = read_results(Layout(first))
+    trained_chains = results["data"]["chains"]["by_kind"]
+    assert set(trained_chains) == set(CHAIN_KINDS) and all(sum(n.values()) > 0 for n in trained_chains.values())
+    chains = results["chain_eval"]
+    assert chains["cases"] == recorded["chain_cases"] == 8 and set(chains["by_kind"]) == set(CHAIN_KINDS)
+    assert all(chains[m] is not None for m in ("first_step", "second_step", "both", "answer", "chain"))
+    assert "chain accuracy (8 cases)" in text and f"`{results['chats']['chain']['case_id']}`" in text
     assert text.index("Preset: quick") < text.index(str(metrics["cases"]))
 
     # configs/tiny/stage*.yaml train as written on the demo's data (runs/demo/data/... from the working directory)

@@ -14,6 +14,16 @@ from geopilot.demo.run import _summary
 from geopilot.demo.settings import DemoSettings, Layout
 
 SAR_IMAGE = "data/synth/SARDet-100K/JPEGImages/train/0000000.png"
+CHAIN_KEYS = ("first_step", "second_step", "both", "answer", "chain")
+CHAIN_CHAT = {
+    "case_id": "chain_cloud_detection/003",
+    "query": "Clear the clouds, then count the ships.",
+    "expected": [{"tool": "remove_clouds"}, {"tool": "detect_objects", "params": {"image": "result:1"}, "round": 2}],
+    "tool_calls": [{"round": 1, "tool": "remove_clouds", "params": {}, "error": None}],
+    "answer": "",
+    "outcome": "round_limit",
+    "picture": "chain.png",
+}
 
 
 def _results() -> dict:
@@ -29,7 +39,14 @@ def _results() -> dict:
         "picture": "sar.png",
     }
     return {
-        "data": {"samples": 40, "optical": 30, "sar": 10, "vocab": 600, "dropped": {}},
+        "data": {
+            "samples": 40,
+            "optical": 30,
+            "sar": 10,
+            "vocab": 600,
+            "dropped": {},
+            "chains": {"by_kind": {"cloud_detection": {"optical": 3}, "sar_detection_counting": {"sar": 1}}},
+        },
         "stage1": {"steps": 2, "final_loss": 6.4, "losses": [[1, 6.5], [2, 6.4]]},
         "stage2": {"steps": 1, "final_loss": 6.3, "losses": [[1, 6.3]]},
         "evaluate": {
@@ -43,7 +60,23 @@ def _results() -> dict:
             "by_category": {"object_detection": 0.0},
             "routing": {"accuracy": 0.0, "correct": {"optical": 0, "sar": 0}, "total": {"optical": 2, "sar": 1}},
         },
-        "chats": {"chats": [chat]},
+        "chain_eval": {
+            "cases": 8,
+            "TSA": 0.25,
+            "PA": 0.5,
+            "OPA": 0.125,
+            "first_step": 0.5,
+            "second_step": 0.25,
+            "both": 0.125,
+            "answer": 0.25,
+            "chain": 0.125,
+            "by_kind": {
+                kind: {"n": 2, "first_step": 0.5, "second_step": 0.5, "both": 0.5, "answer": 0.0, "chain": 0.0}
+                for kind in ("cloud_detection", "grounding_segmentation", "detection_in_region")
+            }
+            | {"sar_detection_counting": {"n": 2, **dict.fromkeys(CHAIN_KEYS, 0.5)}},
+        },
+        "chats": {"chats": [chat], "chain": CHAIN_CHAT},
         "seconds": {"data": 3.0, "stage1": 20.0},
     }
 
@@ -94,9 +127,12 @@ def test_the_chat_command_works_pasted_from_where_the_demo_ran(tmp_path, monkeyp
 
 def test_the_console_summary_says_the_preset_first():
     summary = _summary(_results(), DemoSettings.preset(quick=True))
-    first, numbers, legend = summary.splitlines()
+    first, numbers, chains, legend = summary.splitlines()
     assert first.startswith("Preset: quick") and "learns nothing" in first
     assert numbers.startswith("planning on 27 held-out cases: TSA 0.0%")
+    assert chains.startswith(
+        "two-step chains on 8 chain-suite cases: chain accuracy 12.5%  (OPA 12.5%; first step 50.0%"
+    )
     assert "TSA = tool selection accuracy" in legend and "OPA = overall planning accuracy" in legend
 
 
@@ -121,3 +157,16 @@ def test_the_loss_plot_has_plain_number_ticks_and_named_axes(tmp_path, monkeypat
     assert labels and all(re.fullmatch(r"\d+(\.\d+)?", text) for text in labels), labels
     assert "loss" in ax.get_ylabel() and "step" in ax.get_xlabel()
     assert all(float(t.get_text()).is_integer() for t in ax.get_xticklabels() if t.get_text())
+
+
+def test_the_report_puts_chain_accuracy_beside_opa_with_its_breakdowns_and_draws_one_chain(tmp_path):
+    text = write_report(Layout(tmp_path), DemoSettings.preset(quick=True), _results()).read_text(encoding="utf-8")
+    assert "| OPA (planning, 27 cases) | chain accuracy (8 cases) |" in text
+    assert "| **0.0%** | **12.5%** |" in text
+    assert "| all | 8 | 50.0% | 25.0% | 12.5% | 25.0% | 12.5% |" in text  # first, second, both, answer, chain
+    assert "| sar_detection_counting | 2 | 50.0% | 50.0% | 50.0% | 50.0% | 50.0% |" in text
+    for words in ("chain accuracy** =", "first step** =", "second step** =", "both** =", "answer** ="):
+        assert text.count(words) == 1, words
+    assert "4 of them two-step chains" in text and "cloud_detection 3, sar_detection_counting 1" in text
+    assert "(chats/chain.png)" in text and "`chain_cloud_detection/003`" in text
+    assert "the model's calls: `remove_clouds({})`" in text
