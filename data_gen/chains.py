@@ -31,6 +31,7 @@ from pydantic import Field, field_validator
 
 from geopilot.config import StrictConfig
 from geopilot.data_gen.abilities import _has_referring_masks, _named, _object_has_mask
+from geopilot.data_gen.wording import wrap
 from geopilot.records import AnnotationRecord, SemanticSegmentation
 from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, ToolMessage, UserMessage
 from geopilot.tool_output import ToolOutput
@@ -180,6 +181,14 @@ def cloudy_record(record: AnnotationRecord, folder: Path, name: str, seed: int) 
     return replace(record, image=str(path.resolve()), cloud_free_image=str(Path(record.image).resolve()))
 
 
+def _spoken(label: str, rng: random.Random) -> str:
+    """The class as people say it: the canonical name or, half the time, one of its synonyms (params stay canonical)."""
+    from geopilot.vocabulary import class_synonyms
+
+    names = class_synonyms(label)
+    return rng.choice(names) if names and rng.random() < 0.5 else label
+
+
 def plural(label: str) -> str:
     return label if label.endswith("s") else label[:-1] + "ies" if label.endswith("y") else label + "s"
 
@@ -188,27 +197,62 @@ def _count_phrase(n: int, label: str) -> str:
     return f"{n} {label if n == 1 else plural(label)}"
 
 
-QUERIES = {
+QUERIES = {  # worded apart from the chain suite's (eval/chain_set.py; a test checks)
     "cloud_detection": [
         "This tile is partly covered by clouds. Clear them first, then count the {t}.",
         "Clouds hide some of the ground here; remove them and tell me how many {t} there are.",
         "How many {t} are under the clouds in this image?",
         "Take the haze off this scene and then detect the {t}.",
+        "Remove the cloud cover, then find every {one} on the cleared image.",
+        "The clouds are in the way. Once they are gone, how many {t} can you see?",
+        "Could you clean up this cloudy image and then box the {t}?",
+        "Strip the clouds from this tile and count the {t} underneath.",
+        "I can't see the {t} through the clouds; clear the view and count them.",
+        "Make this image cloud-free, then locate the {t} in it.",
     ],
     "grounding_segmentation": [
         "Locate {e}, then segment it and tell me how much of the image it covers.",
         "Find {e} and give me its exact outline and area.",
         "Where is {e}, and what fraction of the scene does its mask take up?",
+        "Ground {e} first, then give me its pixel mask and its area.",
+        "Show me where {e} is and measure how much of the tile it occupies.",
+        "I want the outline of {e}: find it, segment it and report its coverage.",
+        "Box {e}, then trace its exact shape and say what percentage of the image it fills.",
+        "What area does {e} cover? Find it first, then segment it.",
     ],
     "detection_in_region": [
         "How many of the {t} lie on {c}, and how many elsewhere?",
         "Count the {t} that sit inside the {c} areas of this tile.",
         "Detect the {t} and tell me which of them are within {c}.",
+        "Find the {t}, then check how many of them are on {c}.",
+        "Are the {t} in {c} or outside it? Give me both counts.",
+        "Which {t} are located in {c}? Detect them and place them against the {c} mask.",
+        "Of the {t} in this image, how many are inside {c} regions and how many are not?",
+        "Locate every {one} and tell me how many fall on {c}.",
     ],
     "sar_detection_counting": [
         "Count the targets in this SAR image class by class.",
         "How many of each kind of target does this SAR scene contain?",
         "Give me a per-class tally of the objects in this radar image.",
+        "Detect the targets in this SAR tile and count them by category.",
+        "What targets are in this SAR image, and how many of each?",
+        "List the SAR targets here with a count for every class.",
+        "Tally the objects in this radar scene, grouped by class.",
+    ],
+}
+# the first think turn states the whole plan, so the next round can read what is left to do
+PLANS = {
+    "cloud_detection": [
+        "Clouds cover the scene, so I first remove them and then detect the {t} on the restored image.",
+        "The {t} are hidden under clouds: first remove_clouds, then detect_objects on its result.",
+    ],
+    "grounding_segmentation": [
+        "I first locate the referent, then segment it to measure its area.",
+        "Two steps: ground the referent, then segment it for its mask and area.",
+    ],
+    "detection_in_region": [
+        "I first detect the {t}, then segment {c} and place them in it.",
+        "Two steps: detect the {t}, then segment {c} with the detections to count those inside.",
     ],
 }
 
@@ -224,11 +268,11 @@ def chain_steps(kind: str, record: AnnotationRecord, rng: random.Random) -> tupl
     template = rng.choice(QUERIES[kind])
     if kind == "cloud_detection":
         label = rng.choice(sorted({o.label for o in _named(record)}))
-        query = template.format(t=plural(label))
+        query = template.format(t=plural(_spoken(label, rng)), one=_spoken(label, rng))
         return (
-            query,
+            wrap(query, rng),
             [
-                ChainStep(Action(tool="remove_clouds"), "Clouds cover the scene, so I first remove them."),
+                ChainStep(Action(tool="remove_clouds"), rng.choice(PLANS[kind]).format(t=plural(label))),
                 ChainStep(
                     Action(tool="detect_objects", params={"categories": [label], "image": "result:1"}),
                     f"The restored image is result 1; I detect the {plural(label)} on it.",
@@ -241,9 +285,9 @@ def chain_steps(kind: str, record: AnnotationRecord, rng: random.Random) -> tupl
         ref = rng.choice(refs)
         query = template.format(e=ref.expression)
         return (
-            query,
+            wrap(query, rng),
             [
-                ChainStep(Action(tool="ground", params={"expression": ref.expression}), "I first locate the referent."),
+                ChainStep(Action(tool="ground", params={"expression": ref.expression}), rng.choice(PLANS[kind])),
                 ChainStep(
                     Action(tool="segment_referring", params={"expression": ref.expression}),
                     "It is found; now I segment it to measure its area.",
@@ -257,13 +301,13 @@ def chain_steps(kind: str, record: AnnotationRecord, rng: random.Random) -> tupl
             set(record.semantic.class_names.values()) - {"background", "unknown", "ignore"}
         )
         region = rng.choice(names)
-        query = template.format(t=plural(label), c=region)
+        query = template.format(t=plural(_spoken(label, rng)), one=_spoken(label, rng), c=region)
         return (
-            query,
+            wrap(query, rng),
             [
                 ChainStep(
                     Action(tool="detect_objects", params={"categories": [label]}),
-                    f"I first detect the {plural(label)}.",
+                    rng.choice(PLANS[kind]).format(t=plural(label), c=region),
                 ),
                 ChainStep(
                     Action(tool="segment_semantic", params={"classes": [region], "objects": "result:1"}),
@@ -272,8 +316,11 @@ def chain_steps(kind: str, record: AnnotationRecord, rng: random.Random) -> tupl
             ],
             {"label": label, "region": region},
         )
-    query = template
-    return query, [ChainStep(Action(tool="sar_detect_all"), "I detect every target, then count them by class.")], {}
+    return (
+        wrap(template, rng),
+        [ChainStep(Action(tool="sar_detect_all"), "I detect every target, then count them by class.")],
+        {},
+    )
 
 
 def chain_answer(kind: str, outputs: list[ToolOutput], facts: dict) -> tuple[str, str]:
