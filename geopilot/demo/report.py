@@ -39,7 +39,7 @@ def preset_line(settings: DemoSettings) -> str:
             f"({settings.optical} optical + {settings.sar} SAR scenes, {settings.stage1_epochs} epoch"
             f"{'s' if settings.stage1_epochs > 1 else ''} per stage, a "
             f"{settings.model.text_layers}-layer model): scores near 0 % and empty or garbled chats are what it "
-            "should show. Run without --quick (the default preset, about 10 min on 2 cores) for a model that plans."
+            "should show. Run without --quick (the default preset, about 12 min on 2 cores) for a model that plans."
         )
     if name == "default":
         return (

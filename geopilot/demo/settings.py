@@ -1,6 +1,6 @@
 """What one `geopilot demo` run is: every setting that decides its result, and the folder it lives in.
 
-Two presets: the default (the README's main job, ~10 min on 2 idle CPU cores) and `--quick` (the slow test suite).
+Two presets: the default (the README's main job, ~12 min on 2 idle CPU cores) and `--quick` (the slow test suite).
 `fingerprint()` hashes every setting; an out folder remembers the fingerprint it was started with, so a run with
 other settings never mixes with it.
 """
