@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 UNKNOWN_KEY = "unknown key (misspelt?)"
+PROBLEMS_SHOWN = 10  # a message lists this many problems of a pydantic error, then "... and N more"
 
 
 class GeoPilotError(Exception):
@@ -57,6 +58,12 @@ class WeightsError(GeoPilotInputError):
     """Weights that are missing, unsafe (pickled code) or do not match the architecture."""
 
 
+def one_line(err: BaseException, limit: int = 2000) -> str:
+    """An error's whole message on one line (a library's page joined), cut at `limit` characters."""
+    text = " ".join(str(err).strip().splitlines()) or type(err).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def first_line(err: BaseException, empty: str | None = None) -> str:
     """The first line of an exception's message (libraries raise pages), or `empty` / its type name when blank."""
     text = str(err).strip()
@@ -95,8 +102,8 @@ def describe_validation_error(
     """Every problem of a pydantic error on one line, each naming its dotted key: `source: train.lr: Input should be
     a valid number; data.alpha: ...` (the keys and messages of `validation_problems`). The config loader, tool params,
     tool options, data_gen replies, chat requests and histories, case files and plans all use this."""
-    text = "; ".join(
-        f"{key}: {message}" if key else message
-        for key, message in validation_problems(err, unknown_key, under, union_tags)
-    )
+    problems = validation_problems(err, unknown_key, under, union_tags)
+    text = "; ".join(f"{key}: {message}" if key else message for key, message in problems[:PROBLEMS_SHOWN])
+    if len(problems) > PROBLEMS_SHOWN:  # 10,000 bad boxes are one line, not a page
+        text += f"; ... and {len(problems) - PROBLEMS_SHOWN:,} more"
     return f"{source}: {text}" if source else text
