@@ -34,6 +34,7 @@ def fsync_path(path: str | Path) -> None:
 
 
 MiB = 2**20
+JSONL_LINE_MAX_BYTES = 64 * MiB  # one JSONL record (a sample with its masks is KBs)
 ECHO_CHARS = 200  # the most of a user's input an error message repeats
 
 
@@ -159,12 +160,19 @@ def iter_jsonl(path: str | Path, on_error: Literal["raise", "skip"] = "raise") -
     `FILE line N: not JSON (...)`. `skip` (a log we append to): such lines are passed over (their work is done
     again) and a missing file is empty."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         if on_error == "skip":
             return
         raise GeoPilotInputError(f"{path}: no such file")
+    regular_file(path, "JSON lines file")  # a FIFO would hang, a directory is not one
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(iter(lambda: handle.readline(JSONL_LINE_MAX_BYTES + 1), b""), 1):
+            if len(raw) > JSONL_LINE_MAX_BYTES:
+                if on_error == "raise":
+                    raise GeoPilotInputError(f"{path} line {number}: over {JSONL_LINE_MAX_BYTES:,} bytes, no record")
+                while raw and not raw.endswith(b"\n"):  # pass over the rest of the line, a block at a time
+                    raw = handle.readline(JSONL_LINE_MAX_BYTES)
+                continue
             if not raw.strip():
                 continue
             try:

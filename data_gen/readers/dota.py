@@ -30,6 +30,7 @@ from geopilot.data_gen.readers.common import (
     add_polygon,
     checked_image,
     finish,
+    read_limited,
     require_dir,
 )
 from geopilot.records import AnnotationRecord, ReadReport
@@ -130,8 +131,8 @@ def read_dota(root: Path, split: str = "train", version: str = "1.5") -> ReadRes
             continue
         image_path, width, height = image
         try:
-            text = label_path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as err:
+            text = read_limited(label_path).decode("utf-8-sig")
+        except (OSError, UnicodeDecodeError, ValueError) as err:  # ValueError: over the limit, not a regular file
             report.skip(MALFORMED_FILE, f"{label_path}: {err}")
             continue
         record = AnnotationRecord("DOTA", str(image_path), width, height, "optical", split, stem)
