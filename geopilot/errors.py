@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 UNKNOWN_KEY = "unknown key (misspelt?)"
+ECHO_CHARS = 200  # the most of a user's input an error message repeats
 PROBLEMS_SHOWN = 10  # a message lists this many problems of a pydantic error, then "... and N more"
 
 
@@ -58,6 +59,12 @@ class WeightsError(GeoPilotInputError):
     """Weights that are missing, unsafe (pickled code) or do not match the architecture."""
 
 
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """`repr(value)` for an error message, cut to `limit` characters (a 5 MB name must not come back whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def one_line(err: BaseException, limit: int = 2000) -> str:
     """An error's whole message on one line (a library's page joined), cut at `limit` characters."""
     text = " ".join(str(err).strip().splitlines()) or type(err).__name__
@@ -87,6 +94,7 @@ def validation_problems(
         if tag is not None:
             del loc[tag]
         key = ".".join(str(part) for part in ([under] if under else []) + loc)
+        key = key if len(key) <= ECHO_CHARS else f"{key[:ECHO_CHARS]}..."  # a key is the user's input too
         message = unknown_key if problem["type"] == "extra_forbidden" else problem["msg"].removeprefix("Value error, ")
         problems.append((key, message))
     return problems

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, echo
 
 
 def fsync_path(path: str | Path) -> None:
@@ -35,13 +35,6 @@ def fsync_path(path: str | Path) -> None:
 
 MiB = 2**20
 JSONL_LINE_MAX_BYTES = 64 * MiB  # one JSONL record (a sample with its masks is KBs)
-ECHO_CHARS = 200  # the most of a user's input an error message repeats
-
-
-def echo(value: object, limit: int = ECHO_CHARS) -> str:
-    """`repr(value)` for an error message, cut to `limit` characters (a 5 MB name must not come back whole)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 @contextlib.contextmanager

@@ -41,7 +41,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from geopilot.bands import BandChoice, choose_bands
-from geopilot.errors import ImageInputError, ImageTooLargeError
+from geopilot.errors import GeoPilotInputError, ImageInputError, ImageTooLargeError
+from geopilot.fileio import regular_file
 
 if TYPE_CHECKING:
     from geopilot.raster import RasterSource
@@ -232,10 +233,10 @@ def load_image(
             f"the image must be a file path, bytes, a PIL image or a numpy array, got {type(source).__name__}"
         )
     path = Path(source)
-    if path.is_dir():
-        raise ImageInputError(f"{path}: is a directory, not an image file")
-    if not path.is_file():
-        raise ImageInputError(f"image not found: {path}")
+    try:
+        regular_file(path, "image")  # missing, a directory, a FIFO (it would hang), a device: said as what it is
+    except GeoPilotInputError as err:
+        raise ImageInputError(str(err)) from None
     if path.suffix.lower() in GEOTIFF_SUFFIXES and rasterio_available():
         from geopilot.raster import open_raster
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from geopilot.argtypes import int_in
 from geopilot.cli import Command
-from geopilot.errors import GeoPilotInputError
-from geopilot.fileio import MiB, echo, overwrites_input, read_bounded, regular_file
+from geopilot.errors import GeoPilotInputError, echo
+from geopilot.fileio import MiB, overwrites_input, read_bounded, regular_file
 from geopilot.tool_output import MASK_MAX_PIXELS
 
 TOOL_OUTPUT_MAX_BYTES = 256 * MiB  # a saved tool output: masks of a 10k x 10k scene take a few MB
