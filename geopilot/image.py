@@ -233,6 +233,8 @@ def load_image(
             f"the image must be a file path, bytes, a PIL image or a numpy array, got {type(source).__name__}"
         )
     path = Path(source)
+    if path.is_dir():
+        raise ImageInputError(f"{path}: is a directory, not an image file")
     try:
         regular_file(path, "image")  # missing, a directory, a FIFO (it would hang), a device: said as what it is
     except GeoPilotInputError as err:
