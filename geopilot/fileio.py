@@ -89,23 +89,23 @@ def regular_file(path: str | Path, what: str) -> os.stat_result:
     except OSError as err:
         raise GeoPilotInputError(f"{what} {echo(str(path))}: cannot be read ({err.strerror})") from None
     if not stat.S_ISREG(info.st_mode):
-        raise GeoPilotInputError(f"{what} {echo(str(path))} is {file_kind(info.st_mode)}, not a regular file")
+        raise GeoPilotInputError(f"{what} is {file_kind(info.st_mode)}, not a regular file: {echo(str(path))}")
     return info
 
 
 def read_bounded(path: str | Path, limit: int, what: str) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; a one-line GeoPilotInputError otherwise."""
     size = regular_file(path, what).st_size
-    too_big = f"{what} {echo(str(path))} is over the limit of {limit:,} bytes for {what}"
+    too_big = f"{what} over the limit of {limit:,} bytes"  # the limit first: callers may cut a long message
     if size > limit:
-        raise GeoPilotInputError(f"{too_big} ({size:,} bytes)")
+        raise GeoPilotInputError(f"{too_big} ({size:,} bytes): {echo(str(path))}")
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)  # a file that grew since the stat is still cut at the limit
     except OSError as err:
         raise GeoPilotInputError(f"{what} {echo(str(path))}: cannot be read ({err.strerror})") from None
     if len(data) > limit:
-        raise GeoPilotInputError(too_big)
+        raise GeoPilotInputError(f"{too_big}: {echo(str(path))}")
     return data
 
 
