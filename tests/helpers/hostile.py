@@ -3,6 +3,7 @@ time and the command's own peak RSS, for the hostile-input tests (tests/hardenin
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -41,13 +42,22 @@ class Run:
         return lines[0]
 
 
-def run_cli(args: list[str], tmp_path: Path, stdin: str | None = None, timeout_s: float = 2 * WALL_LIMIT_S) -> Run:
-    """`geopilot ARGS` in a fresh process (run from `tmp_path`), measured."""
+def run_cli(
+    args: list[str], tmp_path: Path, env: dict[str, str] | None = None, timeout_s: float = 2 * WALL_LIMIT_S
+) -> Run:
+    """`geopilot ARGS` in a fresh process (run from `tmp_path`, `env` added to the environment), measured."""
     report = tmp_path / f".measure-{time.monotonic_ns()}"
     command = [sys.executable, "-c", _MEASURE, str(report), sys.executable, "-m", "geopilot.cli", *map(str, args)]
     started = time.monotonic()
     done = subprocess.run(
-        command, cwd=tmp_path, input=stdin or "", capture_output=True, text=True, timeout=timeout_s, check=False
+        command,
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
     )
     seconds = time.monotonic() - started
     code, peak_kb = (int(v) for v in report.read_text().split())
