@@ -43,11 +43,16 @@ class Run:
 
 
 def run_cli(
-    args: list[str], tmp_path: Path, env: dict[str, str] | None = None, timeout_s: float = 2 * WALL_LIMIT_S
+    args: list[str],
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 2 * WALL_LIMIT_S,
+    module: str = "geopilot.cli",
 ) -> Run:
-    """`geopilot ARGS` in a fresh process (run from `tmp_path`, `env` added to the environment), measured."""
+    """`geopilot ARGS` (or `python -m MODULE ARGS`: `geopilot.training.recipe` is train.py) in a fresh process, run
+    from `tmp_path` with `env` added to the environment, measured."""
     report = tmp_path / f".measure-{time.monotonic_ns()}"
-    command = [sys.executable, "-c", _MEASURE, str(report), sys.executable, "-m", "geopilot.cli", *map(str, args)]
+    command = [sys.executable, "-c", _MEASURE, str(report), sys.executable, "-m", module, *map(str, args)]
     started = time.monotonic()
     done = subprocess.run(
         command,
