@@ -109,6 +109,22 @@ def read_bounded(path: str | Path, limit: int, what: str) -> bytes:
     return data
 
 
+def read_json(path: str | Path, limit: int, what: str):
+    """The JSON value of a file the user names (`read_bounded` first), or a one-line GeoPilotInputError: not a
+    regular file, over `limit`, not UTF-8, not JSON, nested too deep for the parser."""
+    data = read_bounded(path, limit, what)
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise GeoPilotInputError(f"{what} {echo(str(path))}: cannot be read as JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as err:
+        raise GeoPilotInputError(
+            f"{what} {echo(str(path))}: cannot be read as JSON (not valid JSON: {err.msg} at line {err.lineno})"
+        ) from None
+    except RecursionError:
+        raise GeoPilotInputError(f"{what} {echo(str(path))}: JSON nested too deep to read") from None
+
+
 def parse_json_object(text: str, where: str) -> dict:
     """One JSON object given by the user (a JSONL line, a `--params` value), or a one-line `GeoPilotInputError`
     that starts with `where`: `cases.jsonl line 3: not JSON (Expecting value)`."""

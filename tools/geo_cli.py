@@ -13,13 +13,12 @@ leaves nothing.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from geopilot.argtypes import int_in
 from geopilot.cli import Command
 from geopilot.errors import GeoPilotInputError, echo
-from geopilot.fileio import MiB, overwrites_input, read_bounded, regular_file
+from geopilot.fileio import MiB, overwrites_input, read_json, regular_file
 from geopilot.tool_output import MASK_MAX_PIXELS
 
 TOOL_OUTPUT_MAX_BYTES = 256 * MiB  # a saved tool output: masks of a 10k x 10k scene take a few MB
@@ -73,13 +72,7 @@ def read_tool_output(path: Path):
     from geopilot.errors import describe_validation_error
     from geopilot.tool_output import ToolOutput
 
-    raw = read_bounded(path, TOOL_OUTPUT_MAX_BYTES, "--output tool output")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise GeoPilotInputError(f"--output {echo(str(path))}: cannot be read as JSON ({err})") from None
-    except RecursionError:
-        raise GeoPilotInputError(f"--output {echo(str(path))}: JSON nested too deep to read") from None
+    data = read_json(path, TOOL_OUTPUT_MAX_BYTES, "--output tool output")
     if not isinstance(data, dict):
         raise GeoPilotInputError(f"--output {echo(str(path))}: expected a JSON object")
     report = "output" in data and "tool" in data
