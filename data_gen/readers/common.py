@@ -39,6 +39,7 @@ SIZE_MISMATCH = "size_mismatch"  # a mask / paired image whose size differs from
 UNSAFE_CLASS_NAME = "unsafe_class_name"  # a class name that is a path or markup (`../etc/passwd`, `<script>`)
 OVERSIZED_FIELD = "oversized_field"  # a CSV row with a field over the csv module's 128 KiB limit
 NOT_UTF8 = "not_utf8"  # a row (CSV line, JSONL line) holding bytes that are not UTF-8 (binary garbage)
+EMPTY_FILE = "empty_file"  # an annotation file with nothing in it (0 bytes, or an XML without one <object>)
 IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100K `ignore: 1`), as its loader does
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
