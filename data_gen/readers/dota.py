@@ -186,7 +186,7 @@ def read_dota(root: Path, split: str = "train", version: str | None = None) -> R
     if version is None and chosen is not None and VERSIONS.index(named) > VERSIONS.index(chosen):
         raise DatasetRootError(
             f"DOTA: {label_dir} is a v{chosen} folder but its labels name v{named} classes ({evidence}): "
-            f"it mixes versions; set options.version: '{named}' to read it as v{named}"
+            f"its files mix versions; set options.version: '{chosen}' to read the folder as it is"
         )
     if chosen is None:
         chosen = named
