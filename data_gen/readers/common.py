@@ -156,6 +156,16 @@ def find_image(folder: Path, stem: str, suffixes: tuple[str, ...] = IMAGE_SUFFIX
     return None
 
 
+def image_index(images_dir: Path) -> dict[str, Path]:
+    """Image stem -> path, over every file under `images/` at any depth (first in sorted order wins)."""
+    index: dict[str, Path] = {}
+    if images_dir.is_dir():
+        for path in sorted(images_dir.rglob("*")):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                index.setdefault(path.stem, path)
+    return index
+
+
 def checked_image(path: Path | None, report: ReadReport, what: str) -> tuple[Path, int, int] | None:
     """The image's path and size, or None after counting why it cannot be used (`what` names the annotation)."""
     if path is None or not path.is_file():

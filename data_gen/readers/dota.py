@@ -28,7 +28,6 @@ from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
     BAD_POLYGON,
-    IMAGE_SUFFIXES,
     MALFORMED_FILE,
     MALFORMED_LINE,
     DatasetRootError,
@@ -36,6 +35,7 @@ from geopilot.data_gen.readers.common import (
     add_polygon,
     checked_image,
     finish,
+    image_index,
     require_dir,
 )
 from geopilot.records import AnnotationRecord, ReadReport
@@ -97,16 +97,6 @@ def _mixed_versions(split_dir: Path, found: dict[str, list[str]]) -> DatasetRoot
         f"DOTA: {split_dir} mixes label folders of {len(found)} versions: {folders}; "
         f"set options.version to {choices} to read one"
     )
-
-
-def image_index(images_dir: Path) -> dict[str, Path]:
-    """Image stem -> path, over every file under `images/` at any depth (first in sorted order wins)."""
-    index: dict[str, Path] = {}
-    if images_dir.is_dir():
-        for path in sorted(images_dir.rglob("*")):
-            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
-                index.setdefault(path.stem, path)
-    return index
 
 
 def _is_header(tokens: list[str]) -> bool:

@@ -1,5 +1,6 @@
-"""FAIR1M 1.0 / 2.0 reader: `<root>/<split>/[partN/]{images,labelXml}/<n>.{tif,xml}` (`labelXmls/` as some
-archives are named is read alike; the validation split is `<root>/validation/`).
+"""FAIR1M 1.0 / 2.0 reader: `<root>/<split>/[partN/]{images,labelXml}/<n>.{tif,xml}`; `labelXmls/` (as some archives
+are named) is read alike, and the images of a labelXml folder are looked for in every `images*` folder beside it at
+any depth (FAIR1M 1.0's train/part2 comes as `images-1/` and `images-2/`). The validation split is `validation/`.
 
 Each `<object>`: `possibleresult/name` (37 fine classes) and `points/point` as "x,y" pixel strings (a space after
 the comma or none) forming a closed ring: 4 corners, the 5th repeating the first. What is read and what is not:
@@ -28,8 +29,8 @@ from geopilot.data_gen.readers.common import (
     ReadResult,
     add_polygon,
     checked_image,
-    find_image,
     finish,
+    image_index,
     polygon_area,
     read_xml,
     require_dir,
@@ -97,6 +98,9 @@ def read_fair1m(root: Path, split: str = "train") -> ReadResult:
     records: list[AnnotationRecord] = []
     report = ReadReport()
     for label_dir in label_dirs:
+        images = {}
+        for folder in sorted(label_dir.parent.glob("images*")):
+            images = image_index(folder) | images  # the first folder in name order wins a shared stem
         for xml_path in sorted(label_dir.glob("*.xml")):
             if xml_path.stat().st_size == 0:
                 report.skip(EMPTY_FILE, f"{xml_path.name}: 0 bytes")
@@ -107,8 +111,7 @@ def read_fair1m(root: Path, split: str = "train") -> ReadResult:
             if xml_root.find(".//object") is None:
                 report.skip(EMPTY_FILE, f"{xml_path.name}: no <object>")
                 continue
-            images = label_dir.parent / "images"
-            found = find_image(images, xml_path.stem) or images / f"{xml_path.stem}.tif"
+            found = images.get(xml_path.stem, label_dir.parent / "images" / f"{xml_path.stem}.tif")
             image = checked_image(found, report, xml_path.name)
             if image is None:
                 continue

@@ -249,10 +249,10 @@ def test_fair1m_out_of_order_corners_are_kept_and_empty_or_pointless_objects_cou
             FAIR1M_OBJECT.format(name="Van", points=line),
         ),
     )
-    image(tmp_path / "FAIR1M/train/part2/images/3.tif", 1000, 1000)
+    image(tmp_path / "FAIR1M/train/part2/images-2/3.tif", 1000, 1000)  # FAIR1M 1.0's part2: images-1/, images-2/
     write(tmp_path / "FAIR1M/train/part2/labelXmls/4.xml", "")
     write(tmp_path / "FAIR1M/train/part2/labelXmls/5.xml", fair1m_xml())
-    image(tmp_path / "FAIR1M/train/part2/images/5.tif", 1000, 1000)
+    image(tmp_path / "FAIR1M/train/part2/images-1/5.tif", 1000, 1000)
     (record,), report = read_fair1m(tmp_path / "FAIR1M")
     truck, car = record.objects
     assert truck.label == "dump truck" and truck.box == pytest.approx((0.1, 0.1, 0.14, 0.12))
