@@ -11,9 +11,9 @@ the dataset is distributed in (docs/datasets.md, with sources):
 
 The version need not be given: the folder names say it (`labelTxt-v2.0`, `DOTA-v2.0_train`), else the class names
 do (`container-crane` first came with v1.5, `airport` / `helipad` with v2.0; a root naming only v1.0's 15 classes
-reads the same under every version and is read as v1.0). A split holding label folders of several versions, or a
-version folder whose labels name a later version's classes, mixes versions: it is refused with the folders named
-unless `version` picks one. `report.layout` names the folder read, `report.detected` the version and its evidence.
+reads the same under every version and is read as v1.0). A root holding label folders of several versions (in
+one split or across its splits), or a version folder whose labels name a later version's classes, mixes versions:
+it is refused with the folders named unless `version` picks one. `report.layout` names the folder read, `report.detected` the version and its evidence.
 Oriented labels are preferred; the horizontal (`_hbb`, `reclabelTxt`) ones are read when they are the only ones
 (the same 8-number format). One txt per image: optional header lines (`imagesource:GoogleEarth`, `gsd:0.2555`,
 `gsd:null`), then `x1 y1 ... x4 y4 class difficult` per object (pixel coordinates, ints or floats; the difficulty
@@ -69,32 +69,38 @@ def _has_labels(folder: Path) -> bool:
     return folder.is_dir() and any(folder.glob("*.txt"))
 
 
-def version_folders(split_dir: Path, split: str) -> dict[str, list[str]]:
-    """Version -> the folders of its own naming that hold labels ([0] of `label_folders`, the flat labelTxt/, is
-    every version's and so says none)."""
-    found = {
-        version: [relative for relative, _ in label_folders(split, version)[1:] if _has_labels(split_dir / relative)]
-        for version in VERSIONS
-    }
-    return {version: folders for version, folders in found.items() if folders}
+def version_folders(root: Path) -> dict[str, list[str]]:
+    """Version -> the folders of its own naming that hold labels, over every split folder of the root
+    ("train/labelTxt-v1.0/labelTxt"); the flat labelTxt/ ([0] of `label_folders`) is every version's: it says none."""
+    found: dict[str, list[str]] = {}
+    for split_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for version in VERSIONS:
+            for relative, _ in label_folders(split_dir.name, version)[1:]:
+                if _has_labels(split_dir / relative):
+                    found.setdefault(version, []).append(f"{split_dir.name}/{relative}")
+    return found
 
 
-def find_label_folder(split_dir: Path, split: str, version: str) -> tuple[Path, str]:
-    for relative, kind in label_folders(split, version):
+def find_label_folder(
+    split_dir: Path, split: str, version: str | None, found: dict[str, list[str]]
+) -> tuple[Path, str]:
+    """The label folder of `version` in the split (None: the flat labelTxt/ only, no version's folder being there)."""
+    for relative, kind in label_folders(split, version or "1.0"):
         if _has_labels(split_dir / relative):
             return split_dir / relative, f"{relative}/*.txt ({kind} boxes)"
-    others = [(folders[0], other) for other, folders in version_folders(split_dir, split).items() if other != version]
+    others = [(folders[0], other) for other, folders in found.items() if other != version]
     hint = f"; found {others[0][0]}/: set options.version: '{others[0][1]}'" if others else ""
     raise DatasetRootError(
-        f"DOTA v{version}: no labelTxt folder with .txt files in {split_dir} (the test split has no public labels){hint}"
+        f"DOTA{f' v{version}' if version else ''}: no labelTxt folder with .txt files in {split_dir} "
+        f"(the test split has no public labels){hint}"
     )
 
 
-def _mixed_versions(split_dir: Path, found: dict[str, list[str]]) -> DatasetRootError:
+def _mixed_versions(root: Path, found: dict[str, list[str]]) -> DatasetRootError:
     folders = ", ".join(f"{folder}/ (v{version})" for version, names in found.items() for folder in names)
     choices = " or ".join(f"'{version}'" for version in found)
     return DatasetRootError(
-        f"DOTA: {split_dir} mixes label folders of {len(found)} versions: {folders}; "
+        f"DOTA: {root} mixes label folders of {len(found)} versions: {folders}; "
         f"set options.version to {choices} to read one"
     )
 
@@ -143,27 +149,27 @@ def parse_dota_lines(
 
 
 def _choose_version(
-    split_dir: Path, split: str, version: str | None, found: dict[str, list[str]]
+    root: Path, split_dir: Path, version: str | None, found: dict[str, list[str]]
 ) -> tuple[str | None, str]:
-    """(version, why) before the labels are read: the option, else the one version whose folders are there, else
-    None (the classes decide); a split with several versions' folders and no option is refused."""
+    """(version, why) before the labels are read: the option, else the one version whose folders are in the root,
+    else None (the classes decide); a root with several versions' folders and no option is refused."""
     if version is not None:
         return version, "set by options.version"
     if _has_labels(split_dir / "labelTxt") or not found:
         return None, ""
     if len(found) > 1:
-        raise _mixed_versions(split_dir, found)
+        raise _mixed_versions(root, found)
     ((only, folders),) = found.items()
-    return only, f"from the folder {folders[0].split('/')[0]}/"
+    return only, f"from the folder {folders[0].split('/')[1]}/"
 
 
 def read_dota(root: Path, split: str = "train", version: str | None = None) -> ReadResult:
     if version is not None and version not in VERSIONS:
         raise DatasetRootError(f"DOTA: unknown version {version!r} (choose from {', '.join(VERSIONS)})")
     split_dir = require_dir(Path(root) / split, "DOTA", "expected <root>/<split>/{images,labelTxt}")
-    found = version_folders(split_dir, split)
-    chosen, why = _choose_version(split_dir, split, version, found)
-    label_dir, layout = find_label_folder(split_dir, split, chosen or "1.0")
+    found = version_folders(split_dir.parent)
+    chosen, why = _choose_version(split_dir.parent, split_dir, version, found)
+    label_dir, layout = find_label_folder(split_dir, split, chosen, found)
     images = image_index(split_dir / "images")
     report = ReadReport()
     texts: dict[str, str] = {}

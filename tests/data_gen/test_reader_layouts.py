@@ -89,7 +89,9 @@ def test_dota_oriented_labels_win_over_horizontal_ones(tmp_path):
 
 def test_dota_labels_of_another_version_name_the_version_to_set(tmp_path):
     root = write_dota(tmp_path, "labelTxt-v2.0/DOTA-v2.0_train")
-    with pytest.raises(DatasetRootError, match=r"found labelTxt-v2.0/DOTA-v2.0_train/: set options.version: '2.0'"):
+    with pytest.raises(
+        DatasetRootError, match=r"found train/labelTxt-v2.0/DOTA-v2.0_train/: set options.version: '2.0'"
+    ):
         read_dota(root, version="1.5")
 
 
@@ -150,12 +152,24 @@ def test_a_split_mixing_versions_is_refused_with_its_folders_and_read_with_the_o
     write_dota(root, "labelTxt-v2.0/DOTA-v2.0_train")
     code, _, err = check_dota(tmp_path, root, capsys)
     assert code == 2 and "\n" not in err.strip()
-    assert "mixes label folders of 2 versions: labelTxt-v1.0/labelTxt/ (v1.0), " in err
-    assert "labelTxt-v2.0/DOTA-v2.0_train/ (v2.0); set options.version to '1.0' or '2.0'" in err
+    assert "mixes label folders of 2 versions: train/labelTxt-v1.0/labelTxt/ (v1.0), " in err
+    assert "train/labelTxt-v2.0/DOTA-v2.0_train/ (v2.0); set options.version to '1.0' or '2.0'" in err
     code, out, _ = check_dota(tmp_path, root, capsys, version="2.0")
     (source,) = json.loads(out)["sources"]
     assert code == 0 and source["layout"].startswith("labelTxt-v2.0/DOTA-v2.0_train/")
     assert source["detected"] == "DOTA v2.0 (set by options.version)" and source["objects"] == 7
+
+
+def test_a_root_whose_splits_are_of_different_versions_is_refused(tmp_path):
+    root = write_official(tmp_path / "DOTA", "1.0")
+    (root / "val/labelTxt-v2.0/DOTA-v2.0_val").mkdir(parents=True)
+    (root / "val/labelTxt-v2.0/DOTA-v2.0_val/P0001.txt").write_text("1 1 9 1 9 9 1 9 helipad 0\n")
+    with pytest.raises(
+        DatasetRootError, match=r"train/labelTxt-v1.0/labelTxt/ \(v1.0\), .*val/labelTxt-v2.0/DOTA-v2.0_val/"
+    ):
+        read_dota(root)
+    records, report = read_dota(root, version="1.0")
+    assert report.detected == "DOTA v1.0 (set by options.version)" and len(records) == 2
 
 
 def test_a_version_folder_holding_a_later_versions_classes_is_refused(tmp_path):
