@@ -272,6 +272,22 @@ def test_fair1m_out_of_order_corners_are_kept_and_empty_or_pointless_objects_cou
     assert "repaired and kept: reordered_corners 1 (e.g. 3.xml object 0: corners (100,100) (140,100)" in text
 
 
+def test_fair1m_repairs_reach_the_generation_report(tmp_path):
+    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+
+    z_order = points("100.0,100.0", "140.0,100.0", "100.0,120.0", "140.0,120.0", "100.0,100.0")
+    ring = points("539.0,461.0", "553.0,460.0", "554.0,468.0", "540.0,469.0", "539.0,461.0")
+    objects = FAIR1M_OBJECT.format(name="Dump Truck", points=z_order) + FAIR1M_OBJECT.format(name="Bus", points=ring)
+    write(tmp_path / "FAIR1M/train/part1/labelXml/0.xml", fair1m_xml(objects))
+    image(tmp_path / "FAIR1M/train/part1/images/0.tif", 1000, 1000)
+    config = GenerateConfig(
+        sources=[{"reader": "fair1m", "root": str(tmp_path / "FAIR1M")}], abilities=["object_detection"]
+    )
+    result = generate_dataset(config, tmp_path / "out")
+    assert result.report["reader_repairs"] == {"fair1m": {"reordered_corners": 1}}
+    assert "Reader `fair1m` repaired and kept: reordered_corners 1" in (tmp_path / "out/report.md").read_text()
+
+
 # --- iSAID (COCO polygons) --------------------------------------------------------------------------------------
 
 
