@@ -119,7 +119,7 @@ def render_check(check: dict) -> str:
             f"     {s['records']:,} records{', ' + counts if counts else ''}; images {size['min'][0]}x{size['min'][1]}"
             f" .. {size['max'][0]}x{size['max'][1]} px",
             f"     skipped ({100 * s['skip_rate']:.1f}%, limit {100 * s['max_skip_fraction']:.0f}%): "
-            + skips_line_from(s),
+            + _counts_line(s["skipped"], s["skip_examples"]),
             *_by_cause(s["skipped"], s["skip_examples"]),
             *(
                 ["     repaired and kept: " + _counts_line(s["repaired"], s["repair_examples"])]
@@ -147,11 +147,8 @@ def _by_cause(counts: dict[str, int], examples: dict[str, list[str]]) -> list[st
 
 
 def _counts_line(counts: dict[str, int], examples: dict[str, list[str]]) -> str:
-    return skips_line(ReadReport(skipped=counts, examples=examples))
-
-
-def skips_line_from(entry: dict) -> str:
-    return _counts_line(entry["skipped"], entry["skip_examples"])
+    """`bad_polygon 2, empty_file 1`, with the first example when there is one cause (several: `_by_cause` lines)."""
+    return skips_line(ReadReport(skipped=counts, examples=examples if len(counts) == 1 else {}))
 
 
 def first_failure(check: dict) -> str | None:
