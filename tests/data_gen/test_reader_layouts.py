@@ -99,7 +99,7 @@ def write_official(root: Path, version: str) -> Path:
     """A split as the official archives unpack: v1.0's images parts merged into images/images/, its oriented labels
     (with header lines) in labelTxt-v1.0/labelTxt/ and its horizontal ones (no header) in Train_Task2_gt/; v2.0's
     labels (no header lines: v2.0 keeps imagesource/gsd in train_meta/meta/) in labelTxt-v2.0/DOTA-v2.0_train/ and
-    its _hbb twin, its new images in images/part4/."""
+    its _hbb twin, its new images in images/part4/; v1.5's in labelTxt-v1.5/DOTA-v1.5_train[_hbb]/."""
     for stem, (width, height) in DOTA_IMAGES.items():
         folder = "images/part4" if version == "2.0" and stem == "P0706" else "images/images"
         path = root / "train" / folder / f"{stem}.png"
@@ -108,6 +108,8 @@ def write_official(root: Path, version: str) -> Path:
     labels = {"P1888": P1888, "P0706": P0706}
     if version == "1.0":
         folders = {"labelTxt-v1.0/labelTxt": True, "labelTxt-v1.0/Train_Task2_gt/trainset_reclabelTxt": False}
+    elif version == "1.5":  # both with header lines
+        folders = {"labelTxt-v1.5/DOTA-v1.5_train": True, "labelTxt-v1.5/DOTA-v1.5_train_hbb": True}
     else:
         folders = {"labelTxt-v2.0/DOTA-v2.0_train": False, "labelTxt-v2.0/DOTA-v2.0_train_hbb": False}
         meta = root / "train/labelTxt-v2.0/train_meta/meta"
@@ -133,7 +135,12 @@ def check_dota(tmp_path: Path, root: Path, capsys, **options) -> tuple[int, str,
 
 
 @pytest.mark.parametrize(
-    ("version", "folder"), [("1.0", "labelTxt-v1.0/labelTxt"), ("2.0", "labelTxt-v2.0/DOTA-v2.0_train")]
+    ("version", "folder"),
+    [
+        ("1.0", "labelTxt-v1.0/labelTxt"),
+        ("1.5", "labelTxt-v1.5/DOTA-v1.5_train"),
+        ("2.0", "labelTxt-v2.0/DOTA-v2.0_train"),
+    ],
 )
 def test_data_check_reads_every_object_of_an_official_root_without_options(tmp_path, capsys, version, folder):
     code, out, _ = check_dota(tmp_path, write_official(tmp_path / f"DOTA-v{version}", version), capsys)
