@@ -83,6 +83,7 @@ def check_sources(config: GenerateConfig, readers: dict | None = None) -> dict:
                 **_contents(read),
                 "skipped": dict(read.report.skipped),
                 "skip_examples": {cause: examples[:3] for cause, examples in read.report.examples.items()},
+                "repaired": dict(read.report.repaired),
                 "skip_rate": round(read.skip_rate, 4),
                 "max_skip_fraction": limit,
                 "samples": {a: samples[a] for a in config.abilities if samples[a]},
@@ -118,6 +119,11 @@ def render_check(check: dict) -> str:
             f" .. {size['max'][0]}x{size['max'][1]} px",
             f"     skipped ({100 * s['skip_rate']:.1f}%, limit {100 * s['max_skip_fraction']:.0f}%): "
             + skips_line_from(s),
+            *(
+                [f"     repaired, kept: {', '.join(f'{c} {n:,}' for c, n in s['repaired'].items())}"]
+                if s["repaired"]
+                else []
+            ),
             "     class names outside the vocabulary: "
             + (", ".join(f"{n!r} {c:,}" for n, c in s["unknown_class_names"].items()) or "none"),
             "     samples: " + (", ".join(f"{a} {n:,}" for a, n in s["samples"].items()) or "none"),

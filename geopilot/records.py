@@ -77,9 +77,17 @@ class ReadReport:
     skipped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # cause -> a few messages naming files
     layout: str = ""  # which of the source's distributed layouts the reader recognised (data_gen readers)
+    repaired: dict[str, int] = field(default_factory=dict)  # kept after a repair, by cause (examples in `examples`)
 
     def skip(self, cause: str, message: str) -> None:
         self.skipped[cause] = self.skipped.get(cause, 0) + 1
+        self._example(cause, message)
+
+    def repair(self, cause: str, message: str) -> None:
+        self.repaired[cause] = self.repaired.get(cause, 0) + 1
+        self._example(cause, message)
+
+    def _example(self, cause: str, message: str) -> None:
         self.examples.setdefault(cause, [])
         if len(self.examples[cause]) < 5:
             self.examples[cause].append(message)
