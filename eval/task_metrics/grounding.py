@@ -4,8 +4,9 @@ Predicted and ground-truth polygons are paired one-to-one at IoU >= 0.5 (the `>=
 IoU, each polygon used at most once. Two protocols score the pairing (docs/eval_tasks.md compares them):
 - `per_object` (default): every ground-truth object is one trial, found when a predicted box is paired with it;
   Acc@0.5 = objects found / objects, pooled over the split, extra boxes cost nothing. GeoChat published no scorer
-  (mbzuai-oryx/GeoChat: `geochat/eval/` only writes answers; issues #32 and #70 unanswered); this is the reading of
-  "acc@0.5" that moves every column of its referring table the way the paper's numbers differ from ours.
+  (mbzuai-oryx/GeoChat: `geochat/eval/` only writes answers; issues #32 and #70 unanswered); of the readings of
+  "acc@0.5" this one moves the overall, multi-object and [grounding] columns the way its paper's differ from
+  `all_or_nothing` on GeoChat-7B's answers (overall down, the other two up).
 - `all_or_nothing`: every sample is one trial, right only when every target is paired AND no box is left over
   (gRefCOCO's Pr(F1=1, IoU>=0.5)); for a single target this is plain IoU >= 0.5 with exactly one box.
 A missing prediction, an empty one, or a predicted polygon with no area (`DegeneratePolygonError`) finds nothing;
