@@ -48,7 +48,7 @@ IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 LABEL_FILE_MAX_BYTES = 64 * MiB  # one image's labels (DOTA txt, VOC XML, a road GeoJSON or graph pickle): KBs to MBs
-DATASET_FILE_MAX_BYTES = 4 * 1024 * MiB  # a COCO JSON, split list or caption table: iSAID's train JSON is ~1 GB
+DATASET_FILE_MAX_BYTES = 1536 * MiB  # a COCO JSON, split list or caption table (GeoChat_Instruct.json: 263 MB)
 
 
 class DatasetRootError(GeoPilotInputError):

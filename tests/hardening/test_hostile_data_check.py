@@ -12,7 +12,7 @@ import yaml
 from helpers.hostile import run_cli
 from PIL import Image
 
-from geopilot.data_gen.readers.common import LABEL_FILE_MAX_BYTES
+from geopilot.data_gen.readers.common import DATASET_FILE_MAX_BYTES, LABEL_FILE_MAX_BYTES
 
 GOOD_LINE = "10 10 40 10 40 40 10 40 small-vehicle 0\n"
 
@@ -89,3 +89,14 @@ def test_configs_that_are_not_small_yaml_files(tmp_path, config, message):
     elif config == "binary":
         path.write_bytes(b"\xff\xfe\x00\x01sources: []")
     assert message in check(tmp_path, path if config != "/dev/zero" else config).refused()
+
+
+def test_a_sparse_annotation_file_the_whole_source_hangs_on_is_refused_from_its_size(tmp_path):
+    annotations = tmp_path / "SARDet" / "Annotations" / "train.json"
+    annotations.parent.mkdir(parents=True)
+    with annotations.open("wb") as handle:
+        handle.truncate(2 * 2**30)  # a 2 GB COCO JSON claimed, nothing on disk
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"sources": [{"reader": "sardet", "root": str(tmp_path / "SARDet")}]}))
+    line = check(tmp_path, path).refused()
+    assert f"over the limit of {DATASET_FILE_MAX_BYTES:,} bytes" in line
