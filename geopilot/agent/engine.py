@@ -64,6 +64,7 @@ class LocalEngine:
         self.model, self.processor, self.tokenizer = model, processor, processor.tokenizer
         self.image_tokens = num_image_tokens(model.config)
         self.prefix_cache: PrefixCache | None = prefix_cache
+        self.default_sessions = session_factory is None  # KVSession: a per-step scheduler may drive the model itself
         self.session_factory = session_factory or (
             lambda prompts, pixels, options: KVSession(model, self.tokenizer, prompts, pixels, options)
         )
