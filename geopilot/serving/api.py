@@ -49,6 +49,7 @@ from geopilot.serving.protocol import (
     refuse_unsupported,
     tool_call_entries,
 )
+from geopilot.serving.scheduler import make_batcher
 from geopilot.serving.security import (
     BodyLimit,
     BrowserGate,
@@ -89,7 +90,7 @@ class AuthGate:
 
 def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits."""
-    batcher = batcher or Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
+    batcher = batcher or make_batcher(pilot, config)
     policy = UrlPolicy(config.allowed_url_hosts, config.url_timeout_s, config.max_body_bytes)
 
     @asynccontextmanager
@@ -148,6 +149,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
                 f"model {body.model!r} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
+        _check_budget(batcher, body)
         slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
             image = await _image_bytes(body, policy, deadline)
@@ -305,6 +307,18 @@ def _options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOpti
         repetition_penalty=_pick(body.repetition_penalty, 1.0),
         seed=body.seed,
     )
+
+
+def _check_budget(batcher: Batcher, body: ChatCompletionRequest) -> None:
+    """400 for a max_tokens the step scheduler's KV budget could never hold (it is not silently cut to fit)."""
+    budget = getattr(batcher, "kv_budget_tokens", None)
+    asked = _pick(body.max_completion_tokens, body.max_tokens)
+    if budget is not None and asked is not None and asked > budget:
+        raise ServeError(
+            400,
+            f"max_tokens={asked} exceeds the server's KV budget of {budget} tokens (--kv-budget-tokens)",
+            code="bad_request",
+        )
 
 
 def _admit(batcher: Batcher) -> Slot:

@@ -389,3 +389,30 @@ def _processors(options: GenerationOptions):
         if options.top_p < 1.0:
             processors.append(TopPLogitsWarper(options.top_p))
     return processors
+
+
+def make_batcher(pilot, config) -> Batcher:
+    """The server's model thread for `config` (a ServeConfig): the per-step scheduler where it can drive the
+    pilot's model (the in-process model, its own KV sessions, more than one row), else the static batcher."""
+    engine = getattr(pilot, "engine", None)
+    if config.scheduler == "step" and getattr(engine, "default_sessions", False) and config.max_batch > 1:
+        budget = config.kv_budget_tokens or kv_budget_from_memory(engine.model)
+        return StepScheduler(pilot, budget, config.max_concurrency, max_rows=config.max_batch)
+    return Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
+
+
+def kv_budget_from_memory(model, fraction: float = 0.8) -> int:
+    """KV tokens that fit in `fraction` of the device's free memory (CUDA), or of the available RAM (CPU)."""
+    import os
+
+    import torch
+
+    text = model.config.text_config
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    per_token = 2 * text.num_hidden_layers * heads * head_dim * torch.finfo(model.dtype).bits // 8
+    if model.device.type == "cuda":
+        free = torch.cuda.mem_get_info(model.device)[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(1, int(free * fraction) // per_token)
