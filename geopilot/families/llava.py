@@ -1,0 +1,63 @@
+"""The LLaVA-1.5 family (docs/models.md): `transformers.LlavaForConditionalGeneration` in the llava-hf layout.
+
+The paper's base and the default. Its parts live where they always have: building in `geopilot.model`, the
+Vicuna v1 renderer in `geopilot.render`, its chat template in `geopilot.chat_template`; this module is the
+family interface over them. Every image is one fixed number of tokens (a 336 px square for the real model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from geopilot.chat_template import CHAT_TEMPLATE, hf_messages
+from geopilot.render import render_sample
+
+NAME = "llava"
+MODEL_TYPE = "llava"
+LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+MODULES_TO_SAVE = ["multi_modal_projector"]
+BOX_CONVENTION = "normalised [x1, y1, x2, y2] in [0, 1] of the image, as GeoPilot's trace format writes them"
+
+__all__ = ["CHAT_TEMPLATE", "hf_messages", "render_sample"]
+
+
+def build(cfg):
+    """ModelConfig (family llava) -> (LlavaForConditionalGeneration, LlavaProcessor)."""
+    from geopilot.model import LLAVA_BUILDERS  # imported here: geopilot.model reads the family registry
+
+    return LLAVA_BUILDERS[cfg.init](cfg)
+
+
+def load(path: str | Path, dtype: str | None = None):
+    """A llava-hf directory -> (model, processor with a segment-safe tokenizer)."""
+    import torch
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    from geopilot.tokenizer import prepare_tokenizer
+
+    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+    model = LlavaForConditionalGeneration.from_pretrained(path, use_safetensors=True, **kwargs)
+    processor = AutoProcessor.from_pretrained(path)
+    prepare_tokenizer(processor.tokenizer)
+    return model, processor
+
+
+def text_hidden_size(cfg) -> int:
+    from geopilot.model import llava_text_hidden_size
+
+    return llava_text_hidden_size(cfg)
+
+
+def image_token_count(processor, width: int, height: int) -> int:
+    """The same for every image: (crop / patch)^2, whatever `width` x `height` (the image is padded and resized)."""
+    crop = processor.image_processor.crop_size
+    return (crop["height"] // processor.patch_size) * (crop["width"] // processor.patch_size)
+
+
+def box_to_model(box: list[float], resized: tuple[int, int]) -> list[float]:
+    """Boxes stay normalised (the trace format's own convention)."""
+    return list(box)
+
+
+def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
+    return [min(max(float(value), 0.0), 1.0) for value in box]
