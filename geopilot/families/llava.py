@@ -61,3 +61,27 @@ def box_to_model(box: list[float], resized: tuple[int, int]) -> list[float]:
 
 def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
     return [min(max(float(value), 0.0), 1.0) for value in box]
+
+
+# -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
+
+PROMPT_LOOKUP = True  # plain 1-D positions: answer turns decode with prompt-lookup speculation
+
+
+def image_features(model, pixel_values, image_grid_thw=None):
+    """The projected image features, one entry per image (what `mm_encoder_outputs` carries)."""
+    return model.get_image_features(pixel_values=pixel_values, return_dict=True).pooler_output
+
+
+def vision_kwargs(model, input_ids, image_grid_thw=None) -> dict:
+    """What a prefill that holds the image needs besides the ids: nothing for LLaVA."""
+    return {}
+
+
+def position_state(model):
+    """LLaVA keeps no position state between calls."""
+    return None
+
+
+def set_position_state(model, state) -> None:
+    return None

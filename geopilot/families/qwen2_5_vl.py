@@ -242,35 +242,44 @@ def hf_messages(messages: list[Message], system: str | None = None) -> list[dict
     return out
 
 
+def _message_ids(message: dict, tokenizer, num_image_tokens: int) -> tuple[list[int], list[int]]:
+    """One message `<|im_start|>{role}\n{content}<|im_end|>\n` -> (ids, labels): an assistant message trains on
+    `{content}<|im_end|>`, nothing else is trained. Text stays text (a `<|im_end|>` written in it ends nothing)."""
+    special = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
+    head = [special[IM_START]] + encode_text(tokenizer, message["role"] + "\n")
+    content = message["content"]
+    body: list[int] = []
+    for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+        if part["type"] == "image":
+            body += [special[VISION_START]] + [special[IMAGE_PAD]] * num_image_tokens + [special[VISION_END]]
+        else:
+            body += encode_text(tokenizer, part["text"])
+    body += [special[IM_END]]
+    newline = encode_text(tokenizer, "\n")
+    trained = body if message["role"] == "assistant" else [IGNORE_INDEX] * len(body)
+    return head + body + newline, [IGNORE_INDEX] * len(head) + trained + [IGNORE_INDEX] * len(newline)
+
+
+def _generation_prompt(tokenizer) -> list[int]:
+    return tokenizer.convert_tokens_to_ids([IM_START]) + encode_text(tokenizer, "assistant\n")
+
+
 def render_messages(
     messages: list[dict], tokenizer, num_image_tokens: int, add_generation_prompt: bool = False
 ) -> Rendered:
     """HF messages (as `hf_messages` writes them) -> the ids `CHAT_TEMPLATE` gives once the processor expands each
-    image to `num_image_tokens` pads, built between special tokens so labels cover exactly `{json}<|im_end|>` of
-    each assistant turn. Text stays text: a `<|im_end|>` written in a message cannot end the turn."""
-    special = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
-    image_block = [special[VISION_START]] + [special[IMAGE_PAD]] * num_image_tokens + [special[VISION_END]]
-    newline = encode_text(tokenizer, "\n")
+    image to `num_image_tokens` pads, built message by message so labels cover exactly `{json}<|im_end|>` of each
+    assistant turn; Qwen's default system message first unless the messages bring one."""
     if not messages or messages[0]["role"] != "system":
         messages = [{"role": "system", "content": DEFAULT_SYSTEM}] + messages
     ids: list[int] = []
     labels: list[int] = []
     for message in messages:
-        head = [special[IM_START]] + encode_text(tokenizer, message["role"] + "\n")
-        content = message["content"]
-        if isinstance(content, str):
-            body = encode_text(tokenizer, content)
-        else:
-            body = []
-            for part in content:
-                body += image_block if part["type"] == "image" else encode_text(tokenizer, part["text"])
-        body += [special[IM_END]]
-        ids += head + body + newline
-        trained = message["role"] == "assistant"
-        labels += [IGNORE_INDEX] * len(head) + (body if trained else [IGNORE_INDEX] * len(body))
-        labels += [IGNORE_INDEX] * len(newline)
+        message_ids, message_labels = _message_ids(message, tokenizer, num_image_tokens)
+        ids += message_ids
+        labels += message_labels
     if add_generation_prompt:
-        prompt = [special[IM_START]] + encode_text(tokenizer, "assistant\n")
+        prompt = _generation_prompt(tokenizer)
         ids += prompt
         labels += [IGNORE_INDEX] * len(prompt)
     return Rendered(ids, labels)
@@ -280,3 +289,36 @@ def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: 
     """A validated sample -> ids + labels (`num_image_tokens`: this sample's image, from `image_token_count`)."""
     rendered = render_messages(hf_messages(sample.messages), tokenizer, num_image_tokens if sample.image else 0)
     return check_rendered(rendered, sample, max_length)
+
+
+# -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
+
+PROMPT_LOOKUP = False  # 3-D rope positions: answer turns decode with `generate` (which adds the rope deltas)
+
+
+def image_features(model, pixel_values, image_grid_thw):
+    """The merged image features, one tensor per image (what `mm_encoder_outputs` carries)."""
+    return list(model.get_image_features(pixel_values, image_grid_thw, return_dict=True).pooler_output)
+
+
+def vision_kwargs(model, input_ids, image_grid_thw) -> dict:
+    """A prefill that holds the image computes the 3-D rope positions from the grid and the image-token positions."""
+    image_id = model.config.image_token_id
+    return {"image_grid_thw": image_grid_thw, "mm_token_type_ids": (input_ids == image_id).int()}
+
+
+def position_state(model):
+    """The rope deltas the model stored at the image's prefill (one row per conversation): later turns add them."""
+    return model.model.rope_deltas
+
+
+def set_position_state(model, state) -> None:
+    """Put a session's rope deltas back: the model holds one set, and another session may have run since."""
+    model.model.rope_deltas = state
+
+
+def tail_ids(tokenizer, role: str, text: str) -> list[int]:
+    """The ids a later turn prefills after a generated `...<|im_end|>`: the newline closing it, the `role` message
+    (GeoPilot's tool turns are `tool` messages) and the generation prompt, as `render_messages` writes them."""
+    message_ids, _ = _message_ids({"role": role, "content": text}, tokenizer, 0)
+    return encode_text(tokenizer, "\n") + message_ids + _generation_prompt(tokenizer)
