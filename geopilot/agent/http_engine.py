@@ -78,7 +78,9 @@ class HttpEngine:
                 return length
         return 0
 
-    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
+    def prompt_tokens(
+        self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
+    ) -> list[int]:
         return []  # the server renders the prompt (image tokens included) and refuses one over its context
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> HttpSession:

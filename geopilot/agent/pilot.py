@@ -209,7 +209,7 @@ class GeoPilot:
 
     def _prepare(self, request: ChatRequest) -> PreparedRequest:
         image, messages, load_seconds = checked_request(request, self.max_pixels)
-        prompt = self.engine.prompt_tokens(messages, request.system)
+        prompt = self.engine.prompt_tokens(messages, request.system, image.image.size)
         limit = self.engine.context_length
         if limit is not None and len(prompt) >= limit:
             raise GeoPilotInputError(

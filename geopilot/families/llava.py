@@ -85,3 +85,45 @@ def position_state(model):
 
 def set_position_state(model, state) -> None:
     return None
+
+
+# -- the agent loop's prompts (geopilot.agent.engine.LocalEngine) ---------------------------------------------------
+
+
+def image_inputs(processor, images) -> dict:
+    """8-bit RGB images -> the model's image inputs (padded to square, resized, normalised)."""
+    from geopilot.batch import pixel_values
+
+    return {"pixel_values": pixel_values(processor, images)}
+
+
+def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None) -> list[int]:
+    """A chat's messages (ending with a user or tool turn) -> the prompt ids, ending with the generation prompt."""
+    from geopilot.render import render_turns
+    from geopilot.wire import SYSTEM_PROMPT, chat_turns
+
+    system = SYSTEM_PROMPT if system is None else system
+    return render_turns(chat_turns(messages), tokenizer, num_image_tokens, system=system).input_ids
+
+
+def prompt_text(messages: list, tokenizer, system: str | None = None) -> str:
+    """The same conversation as text (the prefix cache's key)."""
+    from geopilot.render import render_text
+    from geopilot.wire import SYSTEM_PROMPT, chat_turns
+
+    return render_text(chat_turns(messages), tokenizer, SYSTEM_PROMPT if system is None else system)
+
+
+def tail_ids(tokenizer, text: str) -> list[int]:
+    """A later user turn (tool outputs, a repair request) after a generated `...</s>`: `USER: {text} ASSISTANT:`."""
+    from geopilot.render import user_turn_text
+    from geopilot.tokenizer import encode_text
+
+    return encode_text(tokenizer, user_turn_text(text, first=False))
+
+
+def assistant_ids(tokenizer, text: str) -> list[int]:
+    """An assistant turn as the renderer writes it: ` {json}</s>`."""
+    from geopilot.tokenizer import encode_text
+
+    return encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]

@@ -317,8 +317,33 @@ def set_position_state(model, state) -> None:
     model.model.rope_deltas = state
 
 
-def tail_ids(tokenizer, role: str, text: str) -> list[int]:
-    """The ids a later turn prefills after a generated `...<|im_end|>`: the newline closing it, the `role` message
-    (GeoPilot's tool turns are `tool` messages) and the generation prompt, as `render_messages` writes them."""
+def tail_ids(tokenizer, text: str, role: str = "tool") -> list[int]:
+    """A later turn after a generated `...<|im_end|>`: the newline closing it, the message (GeoPilot's tool turns,
+    and the loop's repair turn that answers a plan like one, are `tool` messages) and the generation prompt."""
     message_ids, _ = _message_ids({"role": role, "content": text}, tokenizer, 0)
     return encode_text(tokenizer, "\n") + message_ids + _generation_prompt(tokenizer)
+
+
+# -- the agent loop's prompts (geopilot.agent.engine.LocalEngine) ---------------------------------------------------
+
+
+def image_inputs(processor, images) -> dict:
+    """8-bit RGB images -> `pixel_values` (every image's patches, concatenated) and `image_grid_thw`."""
+    out = processor.image_processor(images=images, return_tensors="pt")
+    return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+
+
+def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None) -> list[int]:
+    """A chat's messages (ending with a user or tool turn) -> the prompt ids, ending with the generation prompt."""
+    hf = hf_messages(messages, system)
+    return render_messages(hf, tokenizer, num_image_tokens, add_generation_prompt=True).input_ids
+
+
+def prompt_text(messages: list, tokenizer, system: str | None = None) -> str:
+    """The same conversation as text (the prefix cache's key)."""
+    return tokenizer.decode(render_messages(hf_messages(messages, system), tokenizer, 0).input_ids)
+
+
+def assistant_ids(tokenizer, text: str) -> list[int]:
+    """An assistant turn's content as the renderer writes it: `{json}<|im_end|>`."""
+    return encode_text(tokenizer, text) + tokenizer.convert_tokens_to_ids([IM_END])
