@@ -280,11 +280,11 @@ class KVSession:
         kwargs: dict[str, Any] = {}
         if not self.started:
             kwargs["mm_encoder_outputs"] = {"image": self.image_outputs}
-            kwargs.update(self.family.vision_kwargs(self.model, self.sequences, self._grid()))
+            kwargs.update(self.family.vision_kwargs(self.model.config.image_token_id, self.sequences, self._grid()))
         elif not self.reuse_cache:  # the baseline: forget the cache, re-encode the image, re-prefill everything
             self.cache = DynamicCache(config=self.model.config)
             kwargs["pixel_values"] = torch.cat(self.pixel_rows)
-            kwargs.update(self.family.vision_kwargs(self.model, self.sequences, self._grid()))
+            kwargs.update(self.family.vision_kwargs(self.model.config.image_token_id, self.sequences, self._grid()))
             new_tokens = self.mask.sum(dim=1).tolist()
         else:  # the model keeps one position state; this session's goes back in before its cache is extended
             self.family.set_position_state(self.model, self.positions)

@@ -1,8 +1,9 @@
 """Model families (docs/models.md): one small module each, the only code that knows a model's layout.
 
-A family module supplies NAME and MODEL_TYPE (config.json's `model_type`), `build(ModelConfig)` and
+A family module supplies NAME, MODEL_TYPE (config.json's `model_type`) and PROCESSOR_CLASS, `build(ModelConfig)` and
 `load(path, dtype)` -> (model, processor), `text_hidden_size`, `image_token_count(processor, width, height)`,
-`CHAT_TEMPLATE` (the template it was pretrained with), `hf_messages` and `render_sample` (the training renderer,
+`image_inputs`, `sample_image_tokens` and `vision_kwargs` (what training and
+generation feed the model), `CHAT_TEMPLATE` (the template it was pretrained with), `hf_messages` and `render_sample` (the training renderer,
 equal to that template token for token, labels on the assistant turns only), `LORA_TARGET_MODULES` and
 `MODULES_TO_SAVE`, and its box convention (`BOX_CONVENTION`, `box_to_model`, `box_from_model`).
 """
@@ -28,6 +29,14 @@ def get_family(name: str) -> ModuleType:
 def family_of_model(model) -> ModuleType:
     """The family of a loaded transformers model, by its config's `model_type`."""
     return _by_model_type(model.config.model_type, "the model")
+
+
+def family_of_processor(processor) -> ModuleType:
+    """The family of a processor, by its class (a saved processor names it in processor_config.json)."""
+    for family in FAMILIES.values():
+        if type(processor).__name__ == family.PROCESSOR_CLASS:
+            return family
+    raise WeightsError(f"processor {type(processor).__name__} belongs to no supported family ({', '.join(FAMILIES)})")
 
 
 def family_of_dir(path: str | Path) -> ModuleType:

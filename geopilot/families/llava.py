@@ -14,8 +14,14 @@ from geopilot.render import render_sample
 
 NAME = "llava"
 MODEL_TYPE = "llava"
+PROCESSOR_CLASS = "LlavaProcessor"
 LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 MODULES_TO_SAVE = ["multi_modal_projector"]
+FREEZE_GROUPS = {  # freeze flag -> parameter name prefixes
+    "vision_tower": ("model.vision_tower.",),
+    "projector": ("model.multi_modal_projector.",),
+    "language_model": ("model.language_model.", "lm_head."),
+}
 BOX_CONVENTION = "normalised [x1, y1, x2, y2] in [0, 1] of the image, as GeoPilot's trace format writes them"
 
 __all__ = ["CHAT_TEMPLATE", "hf_messages", "render_sample"]
@@ -54,6 +60,16 @@ def image_token_count(processor, width: int, height: int) -> int:
     return (crop["height"] // processor.patch_size) * (crop["width"] // processor.patch_size)
 
 
+def sample_image_tokens(processor, image_path: str, max_pixels: int) -> int:
+    """A training sample's image tokens: the fixed count, without opening the image."""
+    return image_token_count(processor, 0, 0)
+
+
+def image_tokens_key(processor) -> str:
+    """What the training data's token counts depend on (part of the tokenisation cache key)."""
+    return str(image_token_count(processor, 0, 0))
+
+
 def box_to_model(box: list[float], resized: tuple[int, int]) -> list[float]:
     """Boxes stay normalised (the trace format's own convention)."""
     return list(box)
@@ -73,7 +89,7 @@ def image_features(model, pixel_values, image_grid_thw=None):
     return model.get_image_features(pixel_values=pixel_values, return_dict=True).pooler_output
 
 
-def vision_kwargs(model, input_ids, image_grid_thw=None) -> dict:
+def vision_kwargs(image_token_id: int, input_ids, image_grid_thw=None) -> dict:
     """What a prefill that holds the image needs besides the ids: nothing for LLaVA."""
     return {}
 

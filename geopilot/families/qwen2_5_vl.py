@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import Field
 
 from geopilot.config import StrictConfig
+from geopilot.errors import ConfigError
 from geopilot.render import IGNORE_INDEX, Rendered, check_rendered
 from geopilot.sample import IMAGE_PLACEHOLDER, Message, Sample
 from geopilot.tokenizer import encode_text
@@ -22,6 +23,7 @@ from geopilot.wire import chat_turns
 
 NAME = "qwen2_5_vl"
 MODEL_TYPE = "qwen2_5_vl"
+PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
 DEFAULT_SYSTEM = "You are a helpful assistant."  # what the upstream template writes when no system message comes
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -29,6 +31,11 @@ SPECIAL_TOKENS = [END_OF_TEXT, IM_START, IM_END, VISION_START, VISION_END, IMAGE
 DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor's defaults
 LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 MODULES_TO_SAVE = ["merger"]  # the vision-to-LLM projector (`model.visual.merger`), LLaVA's multi_modal_projector
+FREEZE_GROUPS = {  # freeze flag -> parameter name prefixes (the merger is the projector, not the vision tower)
+    "vision_tower": ("model.visual.patch_embed.", "model.visual.blocks."),
+    "projector": ("model.visual.merger.",),
+    "language_model": ("model.language_model.", "lm_head."),
+}
 BOX_CONVENTION = "absolute pixel coordinates [x1, y1, x2, y2] of the image as resized for the model"
 
 # Qwen/Qwen2.5-VL-7B-Instruct chat_template.json, verbatim (the same text as Qwen2-VL's).
@@ -153,7 +160,10 @@ def _build_pretrained(cfg):
 
     path = require_dir(cfg.path, "path")
     model, processor = load(path, cfg.dtype)
-    min_pixels, max_pixels = pixel_range(cfg)
+    saved = processor.image_processor.size  # the saved processor's range, unless the config sets its own
+    min_pixels, max_pixels = cfg.min_pixels or saved["shortest_edge"], cfg.max_pixels or saved["longest_edge"]
+    if min_pixels > max_pixels:
+        raise ConfigError(f"min_pixels {min_pixels} is above max_pixels {max_pixels} (with {path}'s processor)")
     processor.image_processor.size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
     return model, processor
 
@@ -198,6 +208,20 @@ def image_token_count(processor, width: int, height: int) -> int:
     height, width = resized_size(processor, width, height)
     unit = processor.image_processor.patch_size * processor.image_processor.merge_size
     return (height // unit) * (width // unit)
+
+
+def sample_image_tokens(processor, image_path: str, max_pixels: int) -> int:
+    """A training sample's image tokens: its image's size as `geopilot.image.load_image` reads it, resized."""
+    from geopilot.image import load_image
+
+    width, height = load_image(image_path, max_pixels=max_pixels).image.size
+    return image_token_count(processor, width, height)
+
+
+def image_tokens_key(processor) -> str:
+    """What the training data's token counts depend on (part of the tokenisation cache key)."""
+    size = processor.image_processor.size
+    return f"{NAME}:{size['shortest_edge']}-{size['longest_edge']}"
 
 
 def resized_size(processor, width: int, height: int) -> tuple[int, int]:
@@ -301,10 +325,9 @@ def image_features(model, pixel_values, image_grid_thw):
     return list(model.get_image_features(pixel_values, image_grid_thw, return_dict=True).pooler_output)
 
 
-def vision_kwargs(model, input_ids, image_grid_thw) -> dict:
-    """A prefill that holds the image computes the 3-D rope positions from the grid and the image-token positions."""
-    image_id = model.config.image_token_id
-    return {"image_grid_thw": image_grid_thw, "mm_token_type_ids": (input_ids == image_id).int()}
+def vision_kwargs(image_token_id: int, input_ids, image_grid_thw) -> dict:
+    """A forward that holds the image computes the 3-D rope positions from the grid and the image-token positions."""
+    return {"image_grid_thw": image_grid_thw, "mm_token_type_ids": (input_ids == image_token_id).int()}
 
 
 def position_state(model):

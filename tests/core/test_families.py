@@ -215,7 +215,7 @@ def test_answer_turn_with_kv_reuse_equals_a_full_re_prefill_on_qwen(qwen, think_
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
     # and the first row against one plain forward over its whole conversation
     whole = torch.tensor([prompts[0] + think_a[0].token_ids + [tok.eos_token_id] + tail])
-    vision = qwen2_5_vl.vision_kwargs(model, whole, grid[:1])
+    vision = qwen2_5_vl.vision_kwargs(model.config.image_token_id, whole, grid[:1])
     with torch.inference_mode():
         logits = model(input_ids=whole, pixel_values=pixels[: int(grid[0].prod())], **vision).logits[0, -1]
     torch.testing.assert_close(ans_a[0].logits[0], logits, atol=1e-4, rtol=0)
