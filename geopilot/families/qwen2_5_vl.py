@@ -363,8 +363,9 @@ def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | N
 
 
 def prompt_text(messages: list, tokenizer, system: str | None = None) -> str:
-    """The same conversation as text (the prefix cache's key)."""
-    return tokenizer.decode(render_messages(hf_messages(messages, system), tokenizer, 0).input_ids)
+    """The same conversation as the template writes it (one `<|image_pad|>` per image, before the processor
+    expands it): the prefix cache's key, `geopilot inspect`'s text."""
+    return tokenizer.decode(render_messages(hf_messages(messages, system), tokenizer, 1).input_ids)
 
 
 def assistant_ids(tokenizer, text: str) -> list[int]:
