@@ -63,6 +63,7 @@ class TinyQwenConfig(StrictConfig):
     text_intermediate: int = 128
     mrope_section: list[int] = Field(default_factory=lambda: [2, 2, 4])  # sums to head_dim / 2
     vision_hidden: int = 64
+    vision_intermediate: int = 128
     vision_depth: int = 2
     vision_heads: int = 4
     window_size: int = 56
@@ -137,7 +138,7 @@ def _build_tiny(cfg):
         vision_config={
             "depth": t.vision_depth,
             "hidden_size": t.vision_hidden,
-            "intermediate_size": 2 * t.vision_hidden,
+            "intermediate_size": t.vision_intermediate,
             "num_heads": t.vision_heads,
             "out_hidden_size": t.text_hidden,
             "window_size": t.window_size,
