@@ -76,11 +76,19 @@ class LocalEngine:
     def context_length(self) -> int:
         return self.model.config.text_config.max_position_embeddings
 
+    @property
+    def image_tokens(self) -> int:
+        """Tokens one image takes in the prompt: LLaVA's fixed count; under a native-resolution family, a 448 px
+        square's (`image_tokens_of` gives a given size's)."""
+        return self.image_tokens_of((448, 448))
+
+    def image_tokens_of(self, image_size: tuple[int, int]) -> int:
+        return self.family.image_token_count(self.processor, *image_size)
+
     def prompt_tokens(
         self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
     ) -> list[int]:
-        image_tokens = self.family.image_token_count(self.processor, *image_size)
-        return self.family.prompt_ids(messages, self.tokenizer, image_tokens, system)
+        return self.family.prompt_ids(messages, self.tokenizer, self.image_tokens_of(image_size), system)
 
     def prefix_key(self, request: PreparedRequest, messages: list) -> str:
         """The prefix cache's key of `messages` (ending with a plan) on `request`'s image and system prompt."""

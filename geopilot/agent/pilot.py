@@ -269,7 +269,8 @@ class GeoPilot:
                 else:
                     self._park(session, row, dialogues[row])
         for dialogue, request in zip(dialogues, prepared, strict=True):
-            dialogue.timings_and_tokens(session.encode_seconds, self.image_tokens, started)
+            image_tokens = getattr(self.engine, "image_tokens_of", lambda size: 0)(request.image.image.size)
+            dialogue.timings_and_tokens(session.encode_seconds, image_tokens, started)
             dialogue.result.describe_image(request.image)
         return [d.result for d in dialogues]
 
