@@ -195,7 +195,9 @@ def test_answer_turn_with_kv_reuse_equals_a_full_re_prefill_on_qwen(qwen, think_
     model, processor = qwen
     tok = processor.tokenizer
     images = [_image(84, 56, 1), _image(112, 140, 2)]
-    prompts = [_prompt(processor, image, q) for image, q in zip(images, ["How many planes?", "Any ships?"])]
+    prompts = [
+        _prompt(processor, image, q) for image, q in zip(images, ["How many planes?", "Any ships?"], strict=True)
+    ]
     assert len(prompts[0]) != len(prompts[1])
     inputs = processor.image_processor(images=images, return_tensors="pt")
     pixels, grid = inputs["pixel_values"], inputs["image_grid_thw"]
