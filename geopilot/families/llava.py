@@ -15,6 +15,7 @@ from geopilot.render import render_sample
 NAME = "llava"
 MODEL_TYPE = "llava"
 PROCESSOR_CLASS = "LlavaProcessor"
+TOOL_TURN_ROLE = "user"  # the role of a tool turn (and a repair turn) in `hf_messages`
 LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 MODULES_TO_SAVE = ["multi_modal_projector"]
 FREEZE_GROUPS = {  # freeze flag -> parameter name prefixes

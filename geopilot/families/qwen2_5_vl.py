@@ -24,6 +24,7 @@ from geopilot.wire import chat_turns
 NAME = "qwen2_5_vl"
 MODEL_TYPE = "qwen2_5_vl"
 PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
+TOOL_TURN_ROLE = "tool"  # the role of a tool turn (and a repair turn) in `hf_messages`
 DEFAULT_SYSTEM = "You are a helpful assistant."  # what the upstream template writes when no system message comes
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -258,7 +259,7 @@ def hf_messages(messages: list[Message], system: str | None = None) -> list[dict
     `[{"type": "image"}, {"type": "text", "text": question}]`, each round's tool outputs ONE `tool` message written
     by `format_tool_turn`, an assistant turn its compact JSON. `system` replaces Qwen's default system prompt."""
     out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
-    for role, text in chat_turns(messages, tool_role="tool"):
+    for role, text in chat_turns(messages, tool_role=TOOL_TURN_ROLE):
         if role == "user" and IMAGE_PLACEHOLDER in text:
             question = text.replace(IMAGE_PLACEHOLDER, "").strip()
             out.append({"role": role, "content": [{"type": "image"}, {"type": "text", "text": question}]})
@@ -341,7 +342,7 @@ def set_position_state(model, state) -> None:
     model.model.rope_deltas = state
 
 
-def tail_ids(tokenizer, text: str, role: str = "tool") -> list[int]:
+def tail_ids(tokenizer, text: str, role: str = TOOL_TURN_ROLE) -> list[int]:
     """A later turn after a generated `...<|im_end|>`: the newline closing it, the message (GeoPilot's tool turns,
     and the loop's repair turn that answers a plan like one, are `tool` messages) and the generation prompt."""
     message_ids, _ = _message_ids({"role": role, "content": text}, tokenizer, 0)

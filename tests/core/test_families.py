@@ -39,11 +39,16 @@ KINDS = {**ALL_KINDS, "chain": chain}
 
 
 @pytest.fixture(scope="session")
-def qwen(tmp_path_factory):
-    """The tiny random Qwen2.5-VL, saved and reloaded through `load_model` (plain transformers layout)."""
+def qwen_dir(tmp_path_factory):
+    """The tiny random Qwen2.5-VL, saved as transformers writes it."""
     model, processor = build_model(ModelConfig(family="qwen2_5_vl", init="tiny"))
-    out = save_model(model, processor, tmp_path_factory.mktemp("models") / "tiny_qwen")
-    return load_model(out)
+    return save_model(model, processor, tmp_path_factory.mktemp("models") / "tiny_qwen")
+
+
+@pytest.fixture(scope="session")
+def qwen(qwen_dir):
+    """(model, processor) of the tiny Qwen2.5-VL, reloaded through `load_model`."""
+    return load_model(qwen_dir)
 
 
 def test_the_chat_template_is_upstreams_verbatim(qwen):
@@ -259,3 +264,24 @@ def test_a_session_keeps_its_positions_when_another_ran_between_its_turns(qwen):
             ).generate([0])
         answers.append(session.generate([0], [tail], keep_logits=True)[0].logits)
     torch.testing.assert_close(answers[0], answers[1], atol=1e-5, rtol=0)
+
+
+def test_an_endpoint_speaks_the_served_familys_message_form(qwen_dir, tiny_model_dir):
+    """`--engine-url`: a local model folder names its family; `--model-family` (family=) says it for a remote one."""
+    from geopilot.agent.http_engine import HttpEngine
+
+    assert HttpEngine("http://127.0.0.1:9/v1", str(qwen_dir)).family is qwen2_5_vl
+    assert HttpEngine("http://127.0.0.1:9/v1", "served-name").family is llava
+    assert HttpEngine("http://127.0.0.1:9/v1", "served-name", family="qwen2_5_vl").family is qwen2_5_vl
+    assert HttpEngine("http://127.0.0.1:9/v1", str(tiny_model_dir)).family is llava
+
+
+def test_serve_refuses_a_model_of_another_family_than_named(tiny_model_dir):
+    import argparse
+
+    from geopilot.errors import GeoPilotInputError
+    from geopilot.serving.cli import build_pilot
+
+    args = argparse.Namespace(engine_url=None, model=str(tiny_model_dir), model_family="qwen2_5_vl")
+    with pytest.raises(GeoPilotInputError, match="is a llava model, not --model-family qwen2_5_vl"):
+        build_pilot(args, None)
