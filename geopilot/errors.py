@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 UNKNOWN_KEY = "unknown key (misspelt?)"
+MAX_ECHO_CHARS = 200  # of the user's own input an error message repeats
 
 
 class GeoPilotError(Exception):
@@ -63,6 +64,12 @@ def first_line(err: BaseException, empty: str | None = None) -> str:
     return text.splitlines()[0] if text else (empty or type(err).__name__)
 
 
+def clipped(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """`text` (the user's input an error message repeats: a name, a key, a repr) cut to its first `limit`
+    characters and its length, so a 5 MB name never comes back whole."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def validation_problems(
     err: ValidationError, unknown_key: str = UNKNOWN_KEY, under: str = "", union_tags: Collection[str] = ()
 ) -> list[tuple[str, str]]:
@@ -79,7 +86,7 @@ def validation_problems(
         tag = next((i for i in range(1, len(loc)) if loc[i] in union_tags and isinstance(loc[i - 1], int)), None)
         if tag is not None:
             del loc[tag]
-        key = ".".join(str(part) for part in ([under] if under else []) + loc)
+        key = ".".join(clipped(str(part)) for part in ([under] if under else []) + loc)
         message = unknown_key if problem["type"] == "extra_forbidden" else problem["msg"].removeprefix("Value error, ")
         problems.append((key, message))
     return problems

@@ -10,7 +10,8 @@
 Every call goes through the same `ToolRegistry.call` as the agent loop and `geopilot mcp --catalog`, so the three
 return identical results. Binds 127.0.0.1 unless told otherwise; any other address needs an API key
 (`--api-key` or GEOPILOT_API_KEY, the check `geopilot serve` and `geopilot mcp` use), and then every route but
-/health needs it.
+/health needs it. Without a key it answers only to loopback Host names (421 otherwise: DNS rebinding), and like
+every GeoPilot server refuses cross-site Origins (403) and bodies that are not JSON (415): `BrowserGate`.
 """
 
 import argparse
@@ -26,7 +27,7 @@ from pydantic import BaseModel
 
 from geopilot.argtypes import port
 from geopilot.cli import Command
-from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
+from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
@@ -70,8 +71,15 @@ class ArtifactNames:
             return self.paths.get(name)
 
 
-def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools", api_key: str | None = None):
-    """The FastAPI app (behind the API-key middleware when `api_key` is given)."""
+def create_app(
+    registry: ToolRegistry,
+    title: str = "GeoPilot indicator tools",
+    api_key: str | None = None,
+    host: str | None = None,
+):
+    """The FastAPI app behind BrowserGate (and the API-key check when `api_key` is given). `host` is the address it
+    is served on: without a key it then answers only to that address's loopback Host names (None: any Host, for
+    in-process clients such as TestClient)."""
     app = FastAPI(title=title, version="1.0", description=__doc__.split("\n\n")[0])
     names = ArtifactNames()
 
@@ -106,7 +114,8 @@ def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools", 
             response_model=ToolCallResponse,
             responses={400: {"model": ToolCallResponse}, 504: {"model": ToolCallResponse}},
         )
-    return RequireApiKey(app, api_key, open_paths=("/health",)) if api_key else app
+    keyed = RequireApiKey(app, api_key, open_paths=("/health",)) if api_key else app
+    return BrowserGate(keyed, None if host is None else answered_host_names(host, api_key))
 
 
 def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel], names: ArtifactNames):
@@ -147,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
 
     key = server_api_key("indicators", args.host, args.api_key)
     registry = build_indicator_registry(Path(args.catalog), args.artifacts_dir)
-    uvicorn.run(create_app(registry, api_key=key), host=args.host, port=args.port, log_level="warning")
+    app = create_app(registry, api_key=key, host=args.host)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
