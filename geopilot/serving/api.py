@@ -35,7 +35,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from geopilot.agent import ClientTools
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError, clipped, describe_validation_error
 from geopilot.generation import GenerationOptions
 from geopilot.json_limits import check_depth
@@ -240,8 +239,7 @@ def _conversation(body: ChatCompletionRequest, image: bytes | str, config: Serve
     tools, system = client_tools(
         body, pilot.tools.names() if body.tools else [], config.allow_unknown_tools, dialogue.system
     )
-    offered = tools or ClientTools(tuple(pilot.tools.names()))  # without `tools`: the plans GeoPilot itself may make
-    check_history_calls(dialogue, offered, pilot.tools, body.geopilot.modality)
+    check_history_calls(dialogue, tools.names if tools is not None else tuple(pilot.tools.names()))
     data = decode_data_url(image) if isinstance(image, str) else image
     request = {
         "image": _loaded(data, config.max_image_pixels, body.geopilot.bands),

@@ -11,8 +11,9 @@
 - Size: every character the client writes but its image (texts, tool names, descriptions, parameter schemas, call
   arguments, tool results) counts against the server's text limit; a request has at most 128 tools, each schema
   passes `geopilot.json_limits.check_tool_schema`, and no JSON it carries nests more than 64 levels.
-- The plans in the history are held to what a new plan is held to: strict JSON arguments (no NaN), a tool the
-  request offers (GeoPilot's own tools without `tools`), params its params model accepts.
+- The plans in the history are held to what a plan this server hands back is: strict JSON arguments (NaN and
+  Infinity are not JSON, and would come back as null), calls of a tool the request offers (GeoPilot's own tools
+  without `tools`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from geopilot.errors import GeoPilotInputError, clipped
 from geopilot.json_limits import MAX_JSON_DEPTH, check_depth, check_tool_schema, loads, measure
 from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage
 from geopilot.serving.security import ServeError
-from geopilot.tool_protocol import ToolCallError
 from geopilot.wire import SYSTEM_PROMPT, dumps
 
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
@@ -313,29 +313,32 @@ def _action(where: str, call: ToolCall) -> Action:
     return Action(tool=call.function.name, params=params)
 
 
-def check_history_calls(dialogue: Dialogue, offered: ClientTools, registry, modality) -> None:
-    """400 naming the call for a plan in the history that a new plan would not pass: a tool the request does not
-    offer (`offered`: its `tools`, or every tool of `registry` without them), or params the tool's params model
-    refuses (for the tools `registry` knows)."""
-    for where, action in dialogue.calls:
-        try:
-            offered.validate(action, registry, modality)
-        except ToolCallError as err:
-            raise _bad(where, f"{err.kind}: {err}") from None
-        except Exception as err:  # noqa: BLE001 - a tool's own params model misbehaving is still the call's problem
-            raise _bad(where, f"invalid_params: {type(err).__name__}: {err}") from None
-
-
 def _tool_result(where: str, text: str) -> dict:
     """A tool message's content as the canonical ToolOutput's JSON; 400 for JSON nested past MAX_JSON_DEPTH (the
     output could not be written back out)."""
     try:
-        check_depth(json.loads(text), where)
-    except (ValueError, RecursionError):
-        pass  # not JSON: the result is the text itself
+        value = json.loads(text)
+    except ValueError:
+        value = None  # not JSON: the result is the text itself
+    except RecursionError:
+        raise _bad(where, f"nests more than {MAX_JSON_DEPTH} levels deep") from None
+    try:
+        check_depth(value, where)
     except GeoPilotInputError as err:
         raise ServeError(400, str(err), code="bad_request", param=where) from None
     return tool_output(text).model_dump(mode="json", exclude_defaults=True)
+
+
+def check_history_calls(dialogue: Dialogue, offered: tuple[str, ...]) -> None:
+    """400 naming the call for a plan in the history that names a tool the request does not offer (`offered`: its
+    `tools`, or GeoPilot's own tools without them): no plan this server hands back does. (Params a tool would
+    refuse stay: a plan whose calls still break them after the repair turn is handed back as it is.)"""
+    for where, action in dialogue.calls:
+        if action.tool not in offered:
+            raise _bad(
+                f"{where}.function.name",
+                f"{clipped(repr(action.tool))} is not a tool of this request (its tools: {clipped(', '.join(offered))})",
+            )
 
 
 def _bad(where: str, why: str) -> ServeError:
