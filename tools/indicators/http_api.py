@@ -11,7 +11,8 @@ Every call goes through the same `ToolRegistry.call` as the agent loop and `geop
 return identical results. Binds 127.0.0.1 unless told otherwise; any other address needs an API key
 (`--api-key` or GEOPILOT_API_KEY, the check `geopilot serve` and `geopilot mcp` use), and then every route but
 /health needs it. Without a key it answers only to loopback Host names (421 otherwise: DNS rebinding), and like
-every GeoPilot server refuses cross-site Origins (403) and bodies that are not JSON (415): `BrowserGate`.
+every GeoPilot server refuses cross-site Origins (403) and bodies that are not JSON (415): `BrowserGate`. A body
+over 1 MiB is 413; a 422 quotes at most 200 characters of any key.
 """
 
 import argparse
@@ -27,8 +28,10 @@ from pydantic import BaseModel
 
 from geopilot.argtypes import port
 from geopilot.cli import Command
+from geopilot.errors import clipped
 from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
 from geopilot.sample import Action
+from geopilot.serving.security import BodyLimit
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 
@@ -43,6 +46,8 @@ class ToolCallResponse(BaseModel):
 
 
 ERROR_STATUS = {"timeout": 504}  # any other failure of a valid request (no such area, display-only layer): 400
+MAX_BODY_BYTES = 2**20  # a call's params: a few names and numbers (413 over it, before it is read whole)
+MAX_PROBLEMS = 20  # of an invalid body's problems, those a 422 lists
 SERVED_ARTIFACTS = 200  # the names /artifacts answers for: the newest charts this server made (as the tools prune)
 
 
@@ -85,8 +90,12 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request, err: RequestValidationError) -> JSONResponse:
-        # FastAPI's own handler echoes the input back, and an echoed NaN cannot be encoded (a 500)
-        detail = [{key: e[key] for key in ("type", "loc", "msg") if key in e} for e in err.errors()]
+        # FastAPI's own handler echoes the input back, and an echoed NaN cannot be encoded (a 500); a key of the
+        # input is shown clipped (a 5 MB key would come back whole)
+        detail = [
+            {"type": e["type"], "loc": [clipped(p) if isinstance(p, str) else p for p in e["loc"]], "msg": e["msg"]}
+            for e in err.errors()[:MAX_PROBLEMS]
+        ]
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.get("/health")
@@ -114,7 +123,8 @@ def create_app(
             response_model=ToolCallResponse,
             responses={400: {"model": ToolCallResponse}, 504: {"model": ToolCallResponse}},
         )
-    keyed = RequireApiKey(app, api_key, open_paths=("/health",)) if api_key else app
+    limited = BodyLimit(app, MAX_BODY_BYTES)
+    keyed = RequireApiKey(limited, api_key, open_paths=("/health",)) if api_key else limited
     return BrowserGate(keyed, None if host is None else answered_host_names(host, api_key))
 
 
