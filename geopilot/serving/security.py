@@ -113,7 +113,9 @@ def decode_data_url(url: str) -> bytes:
         raise ServeError(400, "image_url: a data URL must look like data:image/png;base64,<data>", code="bad_image")
     mime = (match["mime"] or "").lower()
     if not mime.startswith("image/"):
-        raise ServeError(400, f"image_url: data URL of type {mime or 'none'!r}, not an image", code="bad_image")
+        raise ServeError(
+            400, f"image_url: data URL of type {clipped(repr(mime or 'none'))}, not an image", code="bad_image"
+        )
     try:
         return base64.b64decode(re.sub(r"\s+", "", match["data"]), validate=True)
     except (binascii.Error, ValueError):
@@ -197,17 +199,21 @@ class UrlPolicy:
                 code="url_not_allowed",
             )
         if host not in self.hosts and not (literal is not None and self._listed(literal)):
-            raise ServeError(400, f"image URL host {host!r} is not on the allowlist", code="url_not_allowed")
+            raise ServeError(
+                400, f"image URL host {clipped(repr(host))} is not on the allowlist", code="url_not_allowed"
+            )
         try:
             infos = socket.getaddrinfo(host, port or (443 if scheme == "https" else 80))
         except (OSError, UnicodeError, ValueError):
-            raise ServeError(400, f"image URL host {host!r} does not resolve", code="bad_image_url") from None
+            raise ServeError(
+                400, f"image URL host {clipped(repr(host))} does not resolve", code="bad_image_url"
+            ) from None
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
             if not address.is_global and not self._listed(address):
                 raise ServeError(
                     400,
-                    f"image URL host {host!r} resolves to the non-public address {address} (list it explicitly to allow)",
+                    f"image URL host {clipped(repr(host))} resolves to the non-public address {address} (list it explicitly to allow)",
                     code="url_not_allowed",
                 )
         return host
@@ -259,7 +265,7 @@ def _split(url: str) -> tuple[str, str, int | None]:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
     except ValueError as err:
-        raise ServeError(400, f"image URL cannot be parsed ({err})", code="bad_image_url") from None
+        raise ServeError(400, f"image URL cannot be parsed ({clipped(str(err))})", code="bad_image_url") from None
     if parts.scheme not in ("http", "https") or not host:
         raise ServeError(400, "image_url must be a data:image/... URL or an http(s) URL", code="bad_image_url")
     return parts.scheme, host.lower(), port
