@@ -217,7 +217,7 @@ def _parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
     except ValidationError as err:
         raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
     refuse_unsupported(body)
-    check_request_size(body, value, max_text_chars)
+    check_request_size(body, max_text_chars)
     return body
 
 

@@ -186,10 +186,9 @@ def images_of(content) -> list[str]:
     return [part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None]
 
 
-def check_request_size(body: ChatCompletionRequest, raw: Any, max_text_chars: int) -> None:
+def check_request_size(body: ChatCompletionRequest, max_text_chars: int) -> None:
     """400 for a request over the server's limits before any of it is rendered: more than MAX_TOOLS tools, a tool
-    schema over its size or depth, or more characters of text than `max_text_chars`. `raw` is the body as parsed
-    JSON: every string in it (keys too) counts, but the image URL (its pixels have their own limit)."""
+    schema over its size or depth, or more than `max_text_chars` characters of `client_text`."""
     tools = body.tools or []
     if len(tools) > MAX_TOOLS:
         raise ServeError(400, f"tools: {len(tools)} tools, over the limit of {MAX_TOOLS}", param="tools")
@@ -200,8 +199,7 @@ def check_request_size(body: ChatCompletionRequest, raw: Any, max_text_chars: in
                 check_tool_schema(tool.function.parameters, where)
             except GeoPilotInputError as err:
                 raise ServeError(400, str(err), code="bad_request", param=where) from None
-    images = sum(len(url) for message in body.messages for url in images_of(message.content))
-    chars = measure(raw, MAX_JSON_DEPTH)[1] - images
+    chars = measure(client_text(body), MAX_JSON_DEPTH + 4)[1]  # the schemas are bounded now; the rest is flat
     if chars > max_text_chars:  # refused before tokenising: the tokenizer would hold the model thread for seconds
         raise ServeError(
             400,
@@ -209,6 +207,19 @@ def check_request_size(body: ChatCompletionRequest, raw: Any, max_text_chars: in
             f"limit of {max_text_chars:,} (no model context holds that many)",
             code="context_length_exceeded",
         )
+
+
+def client_text(body: ChatCompletionRequest) -> list:
+    """Everything in a request the client wrote but its image and the fields' fixed values: message texts, names,
+    call ids and arguments, tool names, descriptions and schemas, stop strings, `user`, `metadata`."""
+    messages = [
+        [text_of(m.content), m.name, m.refusal, m.tool_call_id]
+        + [[c.id, c.function.name, c.function.arguments] for c in m.tool_calls or []]
+        for m in body.messages
+    ]
+    tools = [[t.function.name, t.function.description, t.function.parameters] for t in body.tools or []]
+    schema = body.response_format.json_schema if body.response_format is not None else None
+    return [messages, tools, body.stop, body.user, body.metadata, body.logit_bias, schema]
 
 
 @dataclass
