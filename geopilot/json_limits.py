@@ -67,7 +67,10 @@ def check_tool_schema(
     if not isinstance(schema, dict):
         raise GeoPilotInputError(f"{what}: must be a JSON Schema object, got {type(schema).__name__}")
     check_depth(schema, what, max_depth)
-    size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+    try:
+        size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError) as err:  # NaN or Infinity, or a value JSON has no form for
+        raise GeoPilotInputError(f"{what}: not JSON ({str(err)[:200]})") from None
     if size > max_chars:
         raise GeoPilotInputError(f"{what}: {size:,} characters of JSON, over the limit of {max_chars:,}")
 

@@ -211,7 +211,8 @@ def check_request_size(body: ChatCompletionRequest, max_text_chars: int) -> None
 
 def client_text(body: ChatCompletionRequest) -> list:
     """Everything in a request the client wrote but its image and the fields' fixed values: message texts, names,
-    call ids and arguments, tool names, descriptions and schemas, stop strings, `user`, `metadata`."""
+    call ids and arguments, tool names, descriptions and schemas, the named tool_choice, stop strings, `user`,
+    `metadata`."""
     messages = [
         [text_of(m.content), m.name, m.refusal, m.tool_call_id]
         + [[c.id, c.function.name, c.function.arguments] for c in m.tool_calls or []]
@@ -219,7 +220,8 @@ def client_text(body: ChatCompletionRequest) -> list:
     ]
     tools = [[t.function.name, t.function.description, t.function.parameters] for t in body.tools or []]
     schema = body.response_format.json_schema if body.response_format is not None else None
-    return [messages, tools, body.stop, body.user, body.metadata, body.logit_bias, schema]
+    choice = body.tool_choice.function.name if isinstance(body.tool_choice, NamedToolChoice) else None
+    return [messages, tools, choice, body.stop, body.user, body.metadata, body.logit_bias, schema]
 
 
 @dataclass
@@ -379,7 +381,9 @@ def client_tools(
     if isinstance(choice, NamedToolChoice):
         choice = choice.function.name
         if choice not in names:
-            raise ServeError(400, f"tool_choice: {choice!r} is not in tools", code="bad_request", param="tool_choice")
+            raise ServeError(
+                400, f"tool_choice: {clipped(repr(choice))} is not in tools", code="bad_request", param="tool_choice"
+            )
     if unknown:
         schemas = [t.function.model_dump(exclude_none=True) for t in body.tools if t.function.name in unknown]
         system = f"{SYSTEM_PROMPT if system is None else system}\n{UNTRAINED_TOOLS} {dumps(schemas)}"

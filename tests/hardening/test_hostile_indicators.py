@@ -137,5 +137,3 @@ def test_hostile_bodies_are_4xx_quoting_little_within_bounds(monkeypatch, catalo
         assert_bounded(case, result)
         assert httpx.post(url + "/tools/list_layers", json={}).status_code == 200
     assert "Traceback" not in capfd.readouterr().err, case
-    with capfd.disabled():  # the measurements, shown with -s
-        print(f"{case}: {reply.status_code} in {result.seconds:.2f} s, peak RSS +{result.rss_growth / 2**20:.0f} MB")
