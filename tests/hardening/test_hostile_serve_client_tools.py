@@ -10,7 +10,7 @@ import json
 
 import httpx
 import pytest
-from helpers.bounded import assert_bounded, assert_one_line, measured
+from helpers.bounded import ServerLog, assert_bounded, assert_one_line, measured
 from helpers.scripted import Detector, KeywordSession
 from helpers.serving import KEY, MODEL, image_message, serving
 
@@ -30,8 +30,9 @@ MB = 2**20
 
 
 @pytest.fixture(scope="module")
-def url(tiny):
-    """A server around a scripted pilot (the Detector as its one tool) that allows untrained client tools."""
+def served(tiny):
+    """(URL, its log) of a server around a scripted pilot (the Detector as its one tool) that allows untrained
+    client tools."""
     from geopilot.agent import GeoPilot
     from geopilot.serving.api import create_app
     from geopilot.serving.config import ServeConfig
@@ -42,8 +43,8 @@ def url(tiny):
 
     pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([Detector(boxes=2)]), session_factory=factory)
     config = ServeConfig(model_name=MODEL, api_key=KEY, allow_unknown_tools=True)
-    with serving(create_app(pilot, config)) as base:
-        yield base
+    with serving(create_app(pilot, config)) as base, ServerLog() as log:
+        yield base, log
 
 
 def tool(name: str, description: str = "a client tool", parameters: dict | None = None) -> dict:
@@ -171,7 +172,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_hostile_client_tool_requests_are_refused_in_one_line_within_bounds(url, case, capfd):
+def test_hostile_client_tool_requests_are_refused_in_one_line_within_bounds(served, case):
+    url, log = served
     build, status, code = CASES[case]
     body = build()
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -188,10 +190,11 @@ def test_hostile_client_tool_requests_are_refused_in_one_line_within_bounds(url,
     if code is not None:
         assert error["code"] == code, (case, error)
     assert_bounded(case, result)
-    assert "Traceback" not in capfd.readouterr().err, case
+    assert log.tracebacks() == [], case
 
 
-def test_a_client_tool_round_trip_still_answers_after_the_hostile_set(url):
+def test_a_client_tool_round_trip_still_answers_after_the_hostile_set(served):
+    url, log = served
     """The ordinary round trip: the plan comes back as tool_calls, its results give the answer."""
     first = httpx.post(
         url + "/v1/chat/completions", json=chat(image_message("TOOL: how many?"), [DETECT]), headers=AUTH
@@ -204,6 +207,7 @@ def test_a_client_tool_round_trip_still_answers_after_the_hostile_set(url):
     ]
     final = httpx.post(url + "/v1/chat/completions", json=chat(messages, [DETECT]), headers=AUTH)
     assert final.status_code == 200 and final.json()["choices"][0]["message"]["content"] == "There are 2 planes."
+    assert log.tracebacks() == []
 
 
 def test_the_schema_check_is_one_public_function_with_limits_that_hold():

@@ -3,6 +3,7 @@ bound both (generously: the machine is shared), and the refusal checked to be on
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -52,3 +53,31 @@ def assert_bounded(case: str, result: Measured) -> None:
 def assert_one_line(case: str, message: str) -> None:
     assert message and "\n" not in message and "Traceback" not in message, f"{case}: {message[:300]!r}"
     assert len(message) <= MAX_MESSAGE_CHARS, f"{case}: a message of {len(message):,} characters"
+
+
+class ServerLog(logging.Handler):
+    """What an in-process server logs while it is attached: uvicorn's loggers (which do not propagate to the root)
+    and every other (geopilot's) through the root logger. `tracebacks()`: the records that carry one."""
+
+    LOGGERS = ("", "uvicorn")
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> ServerLog:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+
+    def tracebacks(self, settle_s: float = 0.2) -> list[str]:
+        """The records with a traceback, after `settle_s` (uvicorn logs a failure after its 500 has gone out)."""
+        time.sleep(settle_s)
+        return [self.format(r) for r in self.records if r.exc_info or "Traceback" in r.getMessage()]
