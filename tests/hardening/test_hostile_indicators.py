@@ -80,6 +80,12 @@ def test_cross_site_origins_and_non_json_bodies_are_refused(monkeypatch, catalog
         assert same.status_code == 200, same.text
 
 
+def test_a_missing_artefact_is_a_404_quoting_at_most_200_characters(monkeypatch, catalog):
+    with serving(indicators(monkeypatch, catalog)) as url:
+        reply = httpx.get(url + "/artifacts/" + "c" * 8000)
+        assert reply.status_code == 404 and "c" * 201 not in reply.text and len(reply.text) < 1000, reply.text[:300]
+
+
 def test_with_a_key_any_host_is_answered_but_only_with_the_key(monkeypatch, catalog):
     app = indicators(monkeypatch, catalog, "--host", "0.0.0.0", "--api-key", "s3cret")
     with serving(app) as url:

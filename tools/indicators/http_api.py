@@ -110,7 +110,7 @@ def create_app(
     def artifact(name: str) -> FileResponse:
         path = names.path(name)
         if path is None or not path.is_file():
-            raise HTTPException(404, f"no artefact {name!r} (only the newest {SERVED_ARTIFACTS} are kept)")
+            raise HTTPException(404, f"no artefact {clipped(repr(name))} (only the newest {SERVED_ARTIFACTS} are kept)")
         return FileResponse(path)
 
     for tool in registry:
