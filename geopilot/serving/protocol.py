@@ -191,7 +191,9 @@ def check_request_size(body: ChatCompletionRequest, max_text_chars: int) -> None
     schema over its size or depth, or more than `max_text_chars` characters of `client_text`."""
     tools = body.tools or []
     if len(tools) > MAX_TOOLS:
-        raise ServeError(400, f"tools: {len(tools)} tools, over the limit of {MAX_TOOLS}", param="tools")
+        raise ServeError(
+            400, f"tools: {len(tools)} tools, over the limit of {MAX_TOOLS}", code="bad_request", param="tools"
+        )
     for index, tool in enumerate(tools):
         where = f"tools.{index}.function.parameters"
         if tool.function.parameters is not None:
