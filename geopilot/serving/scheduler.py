@@ -13,7 +13,7 @@ temperature, top-p, repetition penalty) on their own ids.
 
 What one decoding row per step cannot express runs alone between steps through `Batcher`'s paths: a streamed
 answer, a seeded sampling request, client-run tools (grammar-constrained plans, the prefix cache), and every
-request of a pilot whose engine is not the in-process model with its own KV sessions (docs/design.md §serving).
+request of a pilot whose engine `steppable_engine` refuses (docs/design.md §8).
 """
 
 from __future__ import annotations
@@ -89,9 +89,8 @@ class StepScheduler(Batcher):
     # -- the model thread ---------------------------------------------------------------------------------------------
 
     def _steppable(self, job: Job) -> bool:
-        engine = getattr(self.pilot, "engine", None)
         return (
-            getattr(engine, "default_sessions", False)
+            steppable_engine(getattr(self.pilot, "engine", None))
             and job.on_text is None
             and not (job.options.seed is not None and job.options.do_sample)
             and "client_tools" not in job.request
@@ -150,7 +149,6 @@ class StepScheduler(Batcher):
 
     def _start(self, job: Job) -> Row | None:
         from geopilot.agent.loop import AgentLoop
-        from geopilot.batch import pixel_values
 
         started = time.perf_counter()
         try:
@@ -165,7 +163,7 @@ class StepScheduler(Batcher):
         reserved = min(reserved, pilot.context_length or reserved, self.kv_budget_tokens)
         deadline = None if pilot.chat_timeout_s is None else time.monotonic() + pilot.chat_timeout_s
         dialogue = AgentLoop(prepared, pilot.tools, rounds, pilot.tool_timeout_s, pilot.max_tool_calls, deadline)
-        pixels = pixel_values(pilot.engine.processor, [prepared.image.image])
+        pixels = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])["pixel_values"]
         row = Row(job, dialogue, reserved, started, time.perf_counter() - started, pixels, list(prepared.prompt))
         row.processors = _processors(options)
         self._begin_turn(row)
@@ -199,15 +197,13 @@ class StepScheduler(Batcher):
     def _finish(self, row: Row) -> None:
         self._leave(row)
         dialogue = row.dialogue
-        dialogue.timings_and_tokens(row.encode_seconds, self.pilot.image_tokens, row.started)
+        image_tokens = self.pilot.engine.image_tokens_of(dialogue.request.image.image.size)
+        dialogue.timings_and_tokens(row.encode_seconds, image_tokens, row.started)
         dialogue.result.describe_image(dialogue.request.image)
         row.job.future.set_result(dialogue.result)
 
     def _collect_tools(self) -> None:
         """Rows whose loop has read their last turn: end them, or queue their next user turn's prefill."""
-        from geopilot.render import user_turn_text
-        from geopilot.tokenizer import encode_text
-
         for row in [r for r in self.rows if r.tools is not None and r.tools.done()]:
             future, row.tools = row.tools, None
             try:
@@ -219,7 +215,7 @@ class StepScheduler(Batcher):
             if text is None:
                 self._finish(row)
                 continue
-            row.feed += encode_text(self.pilot.engine.tokenizer, user_turn_text(text, first=False))
+            row.feed += self.pilot.engine.family.tail_ids(self.pilot.engine.tokenizer, text)
             if not self._begin_turn(row):
                 self._finish(row)
 
@@ -391,11 +387,18 @@ def _processors(options: GenerationOptions):
     return processors
 
 
+def steppable_engine(engine) -> bool:
+    """The in-process model with its own KV sessions, of a family with plain 1-D positions and one image tensor
+    (LLaVA; Qwen2.5-VL's 3-D rotary positions and image grid are its KVSession's alone)."""
+    family = getattr(engine, "family", None)
+    return getattr(engine, "default_sessions", False) and getattr(family, "NAME", None) == "llava"
+
+
 def make_batcher(pilot, config) -> Batcher:
     """The server's model thread for `config` (a ServeConfig): the per-step scheduler where it can drive the
-    pilot's model (the in-process model, its own KV sessions, more than one row), else the static batcher."""
+    pilot's model (`steppable_engine`) with more than one row, else the static batcher."""
     engine = getattr(pilot, "engine", None)
-    if config.scheduler == "step" and getattr(engine, "default_sessions", False) and config.max_batch > 1:
+    if config.scheduler == "step" and steppable_engine(engine) and config.max_batch > 1:
         budget = config.kv_budget_tokens or kv_budget_from_memory(engine.model)
         return StepScheduler(pilot, budget, config.max_concurrency, max_rows=config.max_batch)
     return Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)

@@ -70,11 +70,10 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
 
-    from geopilot.model import num_image_tokens
     from geopilot.training import tracking
     from geopilot.training.batching import Collator, LengthGroupedBatches, RandomBatches
     from geopilot.training.checkpoint import CheckpointStore
-    from geopilot.training.data import build_training_data
+    from geopilot.training.data import ImageTokens, build_training_data
     from geopilot.training.deepspeed_config import zero_stage
     from geopilot.training.engine import (
         EXPORT_INFO,
@@ -107,14 +106,11 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     # --- model and data
     model, processor = build_stage_model(cfg)
     with accelerator.main_process_first():  # the main process fills the tokenisation cache, the others read it
-        data = build_training_data(
-            cfg.data, cfg.stage, processor.tokenizer, num_image_tokens(model.config), cfg.cache_dir
-        )
+        image_tokens = ImageTokens.of(processor, cfg.data.max_pixels)
+        data = build_training_data(cfg.data, cfg.stage, processor.tokenizer, image_tokens, cfg.cache_dir)
         eval_data = None
         if cfg.data.eval_files:
-            eval_data = build_eval_data(
-                cfg.data, processor.tokenizer, num_image_tokens(model.config), cfg.cache_dir, data.dataset["id"]
-            )
+            eval_data = build_eval_data(cfg.data, processor.tokenizer, image_tokens, cfg.cache_dir, data.dataset["id"])
     planning = None
     if cfg.eval.planning_cases:
         from geopilot.training.planning_eval import PlanningProbe
