@@ -166,11 +166,18 @@ class StepScheduler(Batcher):
         pixels = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])["pixel_values"]
         row = Row(job, dialogue, reserved, started, time.perf_counter() - started, pixels, list(prepared.prompt))
         row.processors = _processors(options)
-        self._begin_turn(row)
+        if not self._begin_turn(row):  # no room for even the first turn: it ends as the static path would
+            self._finish(row)
+            return None
         return row
 
     def _begin_turn(self, row: Row) -> bool:
         """Set the turn's length limit; False (the dialogue is ended) when it has no room left."""
+        deadline = row.dialogue.deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            timeout = self.pilot.chat_timeout_s
+            row.dialogue.stop("deadline", f"the chat ran past its deadline (chat_timeout_s={timeout:g} s)")
+            return False
         used = row.length + len(row.feed)
         room = row.reserved - used
         if room < MIN_TURN_TOKENS:
@@ -190,7 +197,8 @@ class StepScheduler(Batcher):
             row.job.future.cancel()
 
     def _leave(self, row: Row) -> None:
-        self.rows.remove(row)
+        if row in self.rows:
+            self.rows.remove(row)
         row.cache = None  # its KV is freed with it
         self._batch = None
 
