@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from geopilot.data_gen.check import check_sources, first_failure, render_check
-    from geopilot.data_gen.generate import GenerateConfig
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     check = check_sources(load_config(GenerateConfig, args.config, args.overrides))
     print(json.dumps(check, indent=2, ensure_ascii=False) if args.json else render_check(check))

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.overrides[:1] == ["merge"]:
         return _merge(args)
-    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+    from geopilot.data_gen.generate import generate_dataset
+    from geopilot.data_gen.generate_config import GenerateConfig
     from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable
     from geopilot.data_gen.shards import parse_shard
 

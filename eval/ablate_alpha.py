@@ -3,7 +3,7 @@ evaluated on SAR VQA (OI / IC / OC / OP, SAR Avg) and optical VQA (RSVQA-HRBEN),
 
     geopilot ablate-alpha --config configs/eval/ablate_alpha.yaml
 
-Each alpha trains with `<launcher or python> -m geopilot.training.recipe --config <stage2_config> model.init=llava_hf
+Each alpha trains with `<launcher or python> -m geopilot.commands.train --config <stage2_config> model.init=llava_hf
 model.llava_path=<stage1> data.alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
 launcher can be torchrun); a run whose `export/` already exists is not retrained, and the evaluations resume from
 their predictions files, so re-running the command after a crash finishes the grid. SAR Avg is the mean of the four
@@ -55,7 +55,7 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
     command = [*cfg.launcher] if cfg.launcher else [sys.executable]
     command += [
         "-m",  # python -m and torchrun -m both run the recipe as a module (train.py is the same recipe)
-        "geopilot.training.recipe",
+        "geopilot.commands.train",
         "--config",
         cfg.stage2_config,
         "model.init=llava_hf",

@@ -26,7 +26,8 @@ from geopilot.eval.cases import Case
 from geopilot.eval.scorer import AgentRun, CallRecord
 from geopilot.eval.tool_calls import ParsedReply, parse_reply
 from geopilot.eval.toolkit import openai_tools, sha256_text, tool_prompt
-from geopilot.image import LoadedImage, load_image
+from geopilot.image import load_image
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action
 from geopilot.tool_output import llm_view
 from geopilot.tool_protocol import ChatCalls, ToolRegistry, ToolResult

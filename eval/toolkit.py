@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage
+from geopilot.image import DEFAULT_MAX_PIXELS
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 

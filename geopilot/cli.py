@@ -51,6 +51,7 @@ def _help(prog: str, description: str, table: dict[str, Entry]) -> str:
 COMMANDS: dict[str, tuple[str, str] | Group] = {
     "init-model": ("geopilot.commands.init_model", "build a LLaVA-1.5 model + processor in llava-hf layout"),
     "inspect": ("geopilot.commands.inspect", "show what each sample trains on (token counts, labelled spans)"),
+    "train": ("geopilot.commands.train", "train one stage of the two-stage curriculum (same as train.py)"),
     "chat": ("geopilot.commands.chat", "ask a question about an image (plans, runs tools, answers)"),
     "image": Group("geopilot.commands.image", "`image info FILE`: bands shown, modality, CRS, footprint, decimation"),
     "tools": Group("geopilot.tools.cli", "list the task-level tools, or run one on an image"),

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 
 from geopilot.cancellation import CancelToken, ToolCancelled, cancel_scope
 from geopilot.errors import describe_validation_error
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action, Modality
 from geopilot.tool_output import INPUT_IMAGE, Detection, ToolOutput
 

@@ -27,7 +27,7 @@ from PIL import Image
 from shapely.geometry import LineString, MultiPolygon, Polygon, box, mapping, shape
 from shapely.geometry.base import BaseGeometry
 
-from geopilot.image import GeoRef
+from geopilot.loaded_image import GeoRef
 from geopilot.tool_output import RLE, Detection, ToolOutput
 
 SIMPLIFY_PX = 0.5  # mask outlines: Douglas-Peucker tolerance in mask pixels (stair steps of diagonal edges go)

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from geopilot.cancellation import check_cancelled
 from geopilot.errors import ImageInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Modality
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import REFERENCE_HELP, check_reference

@@ -139,7 +139,7 @@ def stage_one_export(cfg: TrainConfig) -> Path:
     if not cfg.model.llava_path or not (path / "config.json").is_file():
         raise WeightsError(
             f"stage 2 needs the stage-1 model: model.llava_path={cfg.model.llava_path!r} is not a model directory "
-            "(run stage 1 first, e.g. python train.py --config configs/tiny/stage1.yaml)"
+            "(run stage 1 first, e.g. `geopilot train --config configs/tiny/stage1.yaml`; it exports to <output_dir>/export)"
         )
     if not info.is_file() or json.loads(info.read_text(encoding="utf-8")).get("stage") != 1:
         raise WeightsError(f"stage 2 needs a stage-1 export from train.py, but {path} has no stage-1 {EXPORT_INFO}")

@@ -1,23 +1,18 @@
 """The training recipe: one stage of the two-stage curriculum (docs/design.md §6), resumable, on 1..N processes.
 
-`train(cfg, on_step)` reads top to bottom: config -> engine -> model -> data -> resume -> loop -> export. Re-running
-the same command after a crash continues from the latest complete checkpoint with the same samples in the same
-order. `train.py` at the top of the checkout and `python -m geopilot.training.recipe` are the same entry point:
+`train(cfg, on_step, planning_probe)` reads top to bottom: config -> engine -> model -> data -> resume -> loop ->
+export. Re-running the same command after a crash continues from the latest complete checkpoint with the same
+samples in the same order. The command line is geopilot.commands.train (`geopilot train`, `train.py` at the top
+of the checkout, `python -m geopilot.commands.train` under torchrun).
 
-    python -m geopilot.training.recipe --config configs/tiny/stage1.yaml [key=value ...]
-    torchrun --nproc_per_node 8 -m geopilot.training.recipe --config configs/stage2.yaml
-
-Exit codes: 0 done, 2 bad input (config, data, checkpoint; one line on stderr), 1 anything else.
-
-`main(argv, on_step=callback)` calls `callback(step, event)` during the run: event "checkpoint" on the main process
-half-way through writing that step's checkpoint (files saved, not yet committed), event "step" on every process once
-the optimizer step and any checkpoint of it are complete. The resume tests kill the process from it, as a
-pre-emption would; it is not part of the config.
+`on_step(step, event)` is called during the run: event "checkpoint" on the main process half-way through writing
+that step's checkpoint (files saved, not yet committed), event "step" on every process once the optimizer step and
+any checkpoint of it are complete. The resume tests kill the process from it, as a pre-emption would; it is not
+part of the config.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -26,12 +21,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
-from geopilot.config import add_override_arguments, parse_command_line
 from geopilot.errors import GeoPilotInputError
 from geopilot.run_dir import changed_settings
-from geopilot.training.config import TrainConfig, load_train_config, result_settings
+from geopilot.training.config import EvalConfig, TrainConfig, result_settings
 
 log = logging.getLogger("geopilot.train")
 
@@ -39,25 +33,18 @@ StepEvent = Literal["checkpoint", "step"]
 StepCallback = Callable[[int, StepEvent], None]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="train.py", description="Train one stage of GeoPilot.")
-    parser.add_argument(
-        "--config", required=True, help="training YAML (configs/stage1.yaml, configs/tiny/stage1.yaml, ...)"
-    )
-    add_override_arguments(parser, "optim.max_steps=10 data.alpha=0.5")
-    return parse_command_line(parser, argv)
+class PlanningProbe(Protocol):
+    def scores(self, accelerator, model) -> dict: ...
 
 
-def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        return train(load_train_config(args.config, args.overrides), on_step)
-    except GeoPilotInputError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        return 2
+PlanningProbeFactory = Callable[[EvalConfig, Any], PlanningProbe]  # (cfg.eval, processor) -> probe
 
 
-def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
+def train(
+    cfg: TrainConfig, on_step: StepCallback | None = None, planning_probe: PlanningProbeFactory | None = None
+) -> int:
+    """One stage, start to export. `planning_probe(cfg.eval, processor)` scores planning when
+    `eval.planning_cases` is set (geopilot.eval.planning_probe.PlanningProbe; the entry points pass it)."""
     import torch
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
@@ -109,9 +96,11 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
             )
     planning = None
     if cfg.eval.planning_cases:
-        from geopilot.training.planning_eval import PlanningProbe
-
-        planning = PlanningProbe(cfg.eval, processor)
+        if planning_probe is None:
+            raise GeoPilotInputError(
+                "eval.planning_cases needs the planning probe of geopilot.eval: run `geopilot train` or train.py"
+            )
+        planning = planning_probe(cfg.eval, processor)
     source_of = dict(zip(data.dataset["id"], data.dataset["source"], strict=True))
     batching = LengthGroupedBatches if cfg.data.group_by_length else RandomBatches
     grad_accum = accelerator.gradient_accumulation_steps
@@ -418,5 +407,11 @@ def _log_start(cfg: TrainConfig, data, plan, ds_config: dict | None) -> None:
     )
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # deprecated entry, kept one release: `python -m geopilot.commands.train`
+    from geopilot.commands.train import main
+
+    print(
+        "geopilot.training.recipe: `-m geopilot.training.recipe` is deprecated; use `-m geopilot.commands.train`",
+        file=sys.stderr,
+    )
     sys.exit(main())

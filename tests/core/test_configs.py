@@ -45,7 +45,7 @@ def load_model(path: Path):
 
 
 def load_data_gen(path: Path):
-    from geopilot.data_gen.generate import GenerateConfig
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     return load_config(GenerateConfig, path)
 

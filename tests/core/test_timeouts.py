@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from pydantic import BaseModel
 
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry

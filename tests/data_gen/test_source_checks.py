@@ -12,7 +12,8 @@ from PIL import Image
 
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.check import check_sources
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.sources import SourceError
 from geopilot.records import ReadReport
 

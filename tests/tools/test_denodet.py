@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.adapters import DetectorAdapter, SarDetectorOptions
 from geopilot.tools.denodet import (

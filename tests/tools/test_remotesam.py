@@ -11,7 +11,7 @@ from PIL import Image
 
 from geopilot.cli import main
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.adapters import MaskSegmenterAdapter
 from geopilot.tools.remotesam import RemoteSam, connected_components, instances, remove_inner, union_box

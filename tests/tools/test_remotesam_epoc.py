@@ -31,7 +31,7 @@ from transformers import (
     SegformerImageProcessorPil,
 )
 
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tools.adapters import MaskSegmenterAdapter
 from geopilot.tools.remotesam import RemoteSam, instances, refined_components
 from geopilot.tools.remotesam_epoc import EPOC_DIR, EpocContours, refine

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import RoadGraph, ToolOutput, llm_view
 from geopilot.tools.adapters import RoadExtractorAdapter
 from geopilot.tools.sam_road import SamRoad
