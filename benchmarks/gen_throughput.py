@@ -26,7 +26,7 @@ from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folde
 
 from geopilot.data_gen.generate import generate_dataset
 from geopilot.data_gen.generate_config import GenerateConfig
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.tools.registry import annotation_registry
 
 

@@ -176,11 +176,11 @@ def run_training(args, s: Sizes) -> dict:
     import torch
     from train_throughput import MODES  # benchmarks/train_throughput.py: the padded and the length-grouped orders
 
+    from geopilot.data_gen.synthetic.samples import write_demo_dataset
     from geopilot.model import num_image_tokens
     from geopilot.training.batching import Collator, padding_stats
     from geopilot.training.config import DataConfig
     from geopilot.training.data import build_training_data
-    from geopilot.training.demo_data import write_demo_dataset
 
     device = "cuda" if not args.dry_run else "cpu"
     dtype = "bfloat16"

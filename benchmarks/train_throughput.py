@@ -21,11 +21,11 @@ import torch
 from output import emit  # benchmarks/output.py
 from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folder is on sys.path when run as a script)
 
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.model import ModelConfig, build_model, num_image_tokens
 from geopilot.training.batching import Collator, LengthGroupedBatches, RandomBatches, padding_stats
 from geopilot.training.config import DataConfig
 from geopilot.training.data import build_training_data
-from geopilot.training.demo_data import write_demo_dataset
 
 MODES = {"llava_random_padded": RandomBatches, "geopilot_length_grouped": LengthGroupedBatches}
 

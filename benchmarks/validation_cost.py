@@ -18,10 +18,10 @@ from pathlib import Path
 from output import emit  # benchmarks/output.py (this folder is on sys.path when run as a script)
 
 from geopilot.commands.train import train
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.eval.cases import load_cases
 from geopilot.eval.planning_set import PLANNING_FILE
 from geopilot.training.config import EvalConfig, load_train_config
-from geopilot.training.demo_data import write_demo_dataset
 from geopilot.training.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -160,7 +160,7 @@ def assign(candidates: dict[str, list], target: int, per_record: int) -> list[tu
 
 
 def add_clouds(pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Synthetic clouds (smooth noise, white) over an (H, W, 3) uint8 image, as `synth_scenes` draws them."""
+    """Synthetic clouds (smooth noise, white) over an (H, W, 3) uint8 image, as `synthetic.scenes` draws them."""
     height, width = pixels.shape[:2]
     coarse = Image.fromarray((rng.random((6, 6)) * 255).astype(np.uint8)).resize((width, height), Image.BICUBIC)
     cloud = np.clip((np.asarray(coarse, dtype=np.float64) / 255.0 - 0.45) * 3.0, 0.0, 1.0)[..., None]

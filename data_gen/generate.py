@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from PIL import Image
-
 from geopilot.data_gen.abilities import (
     GENERAL,
     Target,
@@ -60,8 +58,9 @@ from geopilot.data_gen.validate import (
     first_cause,
     parse_reply,
 )
-from geopilot.errors import ConfigError
+from geopilot.errors import ConfigError, GeoPilotInputError
 from geopilot.fileio import atomic_write
+from geopilot.image import open_header
 from geopilot.loaded_image import LoadedImage
 from geopilot.records import AnnotationRecord, Dialogue
 from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage, Sample, ToolMessage, UserMessage
@@ -403,9 +402,9 @@ class SampleGenerator:
         would stall the event loop)."""
         path = self._image_path(job)
         try:
-            with Image.open(path) as header:
+            with open_header(path, str(path)) as header:
                 pass
-        except OSError as err:
+        except GeoPilotInputError as err:
             raise Dropped("annotation_unusable", f"image {path} cannot be opened: {err}") from None
         return LoadedImage(image=header, source_size=header.size)
 

@@ -60,12 +60,12 @@ COMMANDS: dict[str, tuple[str, str] | Group] = {
     "geo": Group(
         "geopilot.tools.geo_cli", "`geo export`: a saved tool output -> GeoJSON (WGS 84), GeoPackage or class COG"
     ),
-    "synth": ("geopilot.data_gen.synth_cli", "write synthetic optical/SAR scenes with annotations in real formats"),
+    "synth": ("geopilot.data_gen.synthetic.cli", "write synthetic optical/SAR scenes with annotations in real formats"),
     "data": Group(
         "geopilot.data_gen.data_cli", "`data check`: read every source of a generation config, generate nothing"
     ),
     "generate": ("geopilot.data_gen.generate_cli", "generate tool-trace training data from dataset annotations"),
-    "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
+    "synth-region": ("geopilot.data_gen.synthetic.region", "write a synthetic two-country indicator region (COGs)"),
     "indicators": Group("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
     "eval": Group("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), tasks, leaderboards"),
     "ablate-alpha": (

@@ -119,11 +119,15 @@ def check_size(width: int, height: int, max_pixels: int, name: str) -> None:
         )
 
 
-def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequence[int] | None) -> LoadedImage:
+def open_header(data: Path | bytes, name: str) -> Image.Image:
+    """The image opened for its header, no pixel decoded yet (the caller closes it): the one place a header is read.
+    Only `PILLOW_FORMATS` open; Pillow's own decompression-bomb limit is refused as too large."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit below is the one that counts
+        warnings.simplefilter(
+            "ignore", Image.DecompressionBombWarning
+        )  # our own limit (check_size) is the one that counts
         try:
-            handle = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data, formats=PILLOW_FORMATS)
+            return Image.open(io.BytesIO(data) if isinstance(data, bytes) else data, formats=PILLOW_FORMATS)
         except UnidentifiedImageError:
             raise ImageInputError(
                 f"{name}: not an image file in a format GeoPilot reads (PNG, JPEG, TIFF, WebP)"
@@ -132,6 +136,16 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequen
             raise ImageTooLargeError(f"{name}: refused as a decompression bomb ({err})") from None
         except OSError as err:
             raise ImageInputError(f"{name}: cannot be opened: {err}") from None
+
+
+def read_size(data: Path | bytes, name: str) -> tuple[int, int]:
+    """(width, height) from the header alone."""
+    with open_header(data, name) as handle:
+        return handle.size
+
+
+def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequence[int] | None) -> LoadedImage:
+    handle = open_header(data, name)
     with handle:
         check_size(handle.width, handle.height, max_pixels, name)
         try:

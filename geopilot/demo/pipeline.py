@@ -57,7 +57,7 @@ def generate_config(layout: Layout, settings: DemoSettings):
 
 def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
     from geopilot.data_gen.generate import generate_dataset
-    from geopilot.data_gen.synth import write_synthetic
+    from geopilot.data_gen.synthetic.datasets import write_synthetic
     from geopilot.render import wire_segments
     from geopilot.sample import IMAGE_PLACEHOLDER, load_samples
     from geopilot.tokenizer import tiny_tokenizer

@@ -11,7 +11,7 @@ import yaml
 
 from geopilot.data_gen.generate import generate_dataset
 from geopilot.data_gen.generate_config import GenerateConfig
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.errors import ConfigError
 from geopilot.render import IGNORE_INDEX, render_sample
 from geopilot.sample import load_samples

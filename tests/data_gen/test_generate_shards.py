@@ -17,7 +17,7 @@ from geopilot.data_gen.generate import generate_dataset
 from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.merge import MergeError, merge_shards
 from geopilot.data_gen.shards import RunLock, Shard, parse_shard
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.errors import ConfigError, GeoPilotInputError
 
 JOURNAL_COUNTERS = ("journal_torn_lines_repaired", "journal_corrupt_lines_skipped")
