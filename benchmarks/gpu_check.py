@@ -188,7 +188,7 @@ def run_training(args, s: Sizes) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model, processor = build_shaped_model(s, dtype)
         path = write_demo_dataset(Path(tmp) / "data", optical=s.samples * 2 // 3, sar=s.samples // 3, seed=0)
-        cfg = DataConfig(files=[str(path)], alpha=1.0, max_length=4096)
+        cfg = DataConfig(files=[str(path)], replay_alpha=1.0, max_length=4096)
         data = build_training_data(cfg, 2, processor.tokenizer, num_image_tokens(model.config), Path(tmp) / "cache")
         model.model.vision_tower.requires_grad_(False)  # stage 2 freezes the vision tower (configs/stage2.yaml)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(tmp) / "data", optical=args.samples * 2 // 3, sar=args.samples // 3, seed=args.seed
         )
         model, processor = build_model(ModelConfig(init="tiny"))
-        cfg = DataConfig(files=[str(path)], alpha=1.0, max_length=4096)
+        cfg = DataConfig(files=[str(path)], replay_alpha=1.0, max_length=4096)
         data = build_training_data(cfg, 2, processor.tokenizer, num_image_tokens(model.config), Path(tmp) / "cache")
         runs = {mode: [] for mode in MODES}
         for _ in range(args.repeats):  # one round = both modes back to back: a busy host hits both alike

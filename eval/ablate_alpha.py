@@ -4,7 +4,7 @@ evaluated on SAR VQA (OI / IC / OC / OP, SAR Avg) and optical VQA (RSVQA-HRBEN),
     geopilot ablate-alpha --config configs/eval/ablate_alpha.yaml
 
 Each alpha trains with `<launcher or python> -m geopilot.commands.train --config <stage2_config> model.init=llava_hf
-model.llava_path=<stage1> data.alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
+model.llava_path=<stage1> data.replay_alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
 launcher can be torchrun); a run whose `export/` already exists is not retrained, and the evaluations resume from
 their predictions files, so re-running the command after a crash finishes the grid. SAR Avg is the mean of the four
 SAR VQA type accuracies (the paper's "average over the four subtasks"); HRBEN Avg is the pooled accuracy over
@@ -60,7 +60,7 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
         cfg.stage2_config,
         "model.init=llava_hf",
         f"model.llava_path={cfg.stage1}",
-        f"data.alpha={alpha}",
+        f"data.replay_alpha={alpha}",
         f"output_dir={run_dir}",
         *cfg.overrides,
     ]

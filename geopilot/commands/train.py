@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", required=True, help="training YAML (configs/stage1.yaml, configs/tiny/stage1.yaml, ...)"
     )
-    add_override_arguments(parser, "optim.max_steps=10 data.alpha=0.5")
+    add_override_arguments(parser, "optim.max_steps=10 data.replay_alpha=0.5")
 
 
 def parse_args(argv: list[str] | None, prog: str = "train.py") -> argparse.Namespace:

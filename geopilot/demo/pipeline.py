@@ -110,7 +110,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
         "model": model,
         "data": {
             "files": [_absolute(layout.train_file)],
-            "alpha": settings.alpha,
+            "replay_alpha": settings.alpha,
             "mixture_seed": settings.seed,
             "max_length": settings.max_length,
             "cache_dir": _absolute(layout.out / ".cache" / "tokenised"),

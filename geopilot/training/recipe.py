@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.run_dir import changed_settings
-from geopilot.training.config import EvalConfig, TrainConfig, result_settings
+from geopilot.training.config import EvalConfig, TrainConfig, current_settings, result_settings
 
 log = logging.getLogger("geopilot.train")
 
@@ -274,7 +274,7 @@ def train(
         "steps": step,
         "final_loss": last_loss,
         "seed": cfg.optim.seed,
-        "alpha": cfg.data.alpha,
+        "alpha": cfg.data.replay_alpha,
         "mixture_seed": cfg.data.mixture_seed,
         "data": data.report(),
         "validation": {"last": last_eval, "best": best, "metrics": str(out / tracking.METRICS_FILE)},
@@ -375,7 +375,7 @@ def _check_same_run(state: dict, run: dict, path: Path) -> None:
         log.warning("%s does not record its settings: only the step plan and data are checked", path)
         state = {**state, "settings": run["settings"]}
     plan = {key: value for key, value in run.items() if key != "settings"}
-    changed = changed_settings(state["settings"], run["settings"])
+    changed = changed_settings(current_settings(state["settings"]), run["settings"])
     changed += changed_settings({key: state.get(key) for key in plan}, plan)
     if changed:
         details = ", ".join(changed)
