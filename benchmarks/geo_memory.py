@@ -119,7 +119,7 @@ def measure(path: Path) -> dict:
     from geopilot.sample import Action, AssistantMessage
     from geopilot.tool_protocol import ToolRegistry
     from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
-    from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
+    from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
     from geopilot.wire import assistant_json
 
     model, processor = build_model(ModelConfig(tiny=TinyModelConfig()))

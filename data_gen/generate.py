@@ -506,7 +506,7 @@ def generate_dataset(
 ) -> RunResult:
     """Plan, generate what the journal lacks, and write shards + manifest + report. Safe to rerun after a kill.
     With `shard`, only the jobs of that shard (`geopilot.data_gen.shards`); `geopilot generate merge` joins them."""
-    from geopilot.data_gen.report import build_report, plan_facts, write_report
+    from geopilot.data_gen.generation_report import build_report, plan_facts, write_report
 
     out_dir = Path(out_dir)
     identity = run_dir(out_dir, config, shard)

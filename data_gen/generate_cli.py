@@ -3,7 +3,7 @@ tool-trace dataset; `geopilot generate merge D1 D2 ... --out DIR` joins the N sh
 
 Writes `DIR/shard-NNNNN.jsonl` (samples), `DIR/manifest.json`, `DIR/report.json` + `DIR/report.md`, and keeps
 `DIR/journal/` so that a killed run (or shard), restarted with the same command, finishes with the same samples.
-Run `geopilot data check --config C` first on a new machine. Many machines: docs/data_gen.md.
+Run `geopilot data check --config C` first on a new machine. Many machines: README.md, "Data generation".
 Exit codes: 0 done, 2 bad config or input, 1 the LLM endpoint failed (what was done is kept; rerun to resume).
 """
 

@@ -1,7 +1,7 @@
 """The optical-replay ablation (paper Table 14): stage 2 trained from ONE stage-1 export for each alpha, each model
 evaluated on SAR VQA (OI / IC / OC / OP, SAR Avg) and optical VQA (RSVQA-HRBEN), written as a table and a plot.
 
-    geopilot ablate-alpha --config configs/eval/ablate_alpha.yaml
+    geopilot ablate-alpha --config configs/ablate_alpha.yaml   (configs/tiny/ablate_alpha.yaml on CPU)
 
 Each alpha trains with `<launcher or python> -m geopilot.commands.train --config <stage2_config> model.init=llava_hf
 model.llava_path=<stage1> data.replay_alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
@@ -74,7 +74,7 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
 
 def evaluate_alpha(cfg: AblateAlphaConfig, alpha: float, export: Path) -> dict:
     from geopilot import GeoPilot
-    from geopilot.eval.tasks import run_task
+    from geopilot.eval.benchmark_tasks import run_task
 
     pilot = GeoPilot.from_pretrained(export, device=cfg.device)
     generation = {"max_new_tokens": cfg.max_new_tokens}

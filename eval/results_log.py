@@ -1,5 +1,5 @@
 """A run's results log, `DIR/results.jsonl`: one scored (case, seed) row a line, appended by
-geopilot.eval.runner and read back by it and by the reports (geopilot.eval.report)."""
+geopilot.eval.runner and read back by it and by the reports (geopilot.eval.benchmark_report)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The folder is a `geopilot.run_dir.RunDir`: `run.json` records the run's config (
 case-file hash, tool layer, scorer version), and a different config in the same DIR is refused naming what differs.
 The log is append-only and resumable: each row carries the config's fingerprint and the prompt hash; re-running the
 same command skips the (case, seed) pairs already there, so a killed run finishes without duplicate rows. After the loop the reports are rewritten from the log: `cases.csv`, `summary.json`,
-`leaderboard.md` and `leaderboard.png` (geopilot.eval.report).
+`leaderboard.md` and `leaderboard.png` (geopilot.eval.benchmark_report).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.eval.benchmark_report import write_reports
 from geopilot.eval.cases import DIFFICULTIES, CaseSet
 from geopilot.eval.metrics import summarise
-from geopilot.eval.report import write_reports
 from geopilot.eval.results_log import RESULTS, read_rows
 from geopilot.eval.scorer import score
 from geopilot.fileio import append_jsonl

@@ -1,6 +1,6 @@
 """`geopilot eval <task>` for the benchmark tasks, `geopilot eval captions` and `geopilot eval tools-e2e`.
 
-`task_command(task)` makes the command of a benchmark task (`geopilot.eval.tasks.TASKS`); `CAPTIONS` and
+`task_command(task)` makes the command of a benchmark task (`geopilot.eval.benchmark_tasks.TASKS`); `CAPTIONS` and
 `TOOLS_E2E` are the two others. `eval/cli.py`'s table lists them all.
 
     geopilot eval rsvqa-lr --model runs/s2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
@@ -55,7 +55,7 @@ def task_command(task) -> Command:
             parser.add_argument("--tokenize", choices=["raw", "ptb"], default="raw", help="caption tokenisation")
 
     def run(args: argparse.Namespace) -> int:
-        from geopilot.eval.tasks import run_task
+        from geopilot.eval.benchmark_tasks import run_task
 
         metrics = run_task(
             name,
@@ -117,7 +117,7 @@ def _captions_arguments(parser: argparse.ArgumentParser) -> None:
 def _captions_run(args: argparse.Namespace) -> int:
     import sys
 
-    from geopilot.eval.tasks import score_captions
+    from geopilot.eval.benchmark_tasks import score_captions
 
     references, predictions = read_caption_files(args.pred, args.ref)
     metrics = score_captions(references, predictions, args.tokenize)

@@ -45,7 +45,7 @@ from geopilot.tools.canonical import (
     unit_box,
     unit_polygon,
 )
-from geopilot.tools.tasks import TASKS_BY_NAME
+from geopilot.tools.task_tools import TASKS_BY_NAME
 from geopilot.vocabulary import canonical_class, is_known_class, normalise
 
 PROVENANCE = "annotations"

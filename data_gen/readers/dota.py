@@ -1,6 +1,6 @@
 """DOTA v1.0 / v1.5 / v2.0 reader: images under `<root>/<split>/images/` (at any depth: the archives unpack to
 `images/`, `images/part1/images/`, v2.0's `images/part4/` ...) and one label txt per image, in any of the layouts
-the dataset is distributed in (docs/datasets.md, with sources):
+the dataset is distributed in:
 
 - flat (devkit / mmrotate / Ultralytics): `<split>/labelTxt/P0706.txt`
 - official v1.0 archives: `<split>/labelTxt-v1.0/labelTxt/` (oriented), `.../Train_Task2_gt/trainset_reclabelTxt/`

@@ -55,7 +55,9 @@ def train(
     from geopilot.training.checkpoint import CheckpointStore
     from geopilot.training.data import build_training_data
     from geopilot.training.deepspeed_config import zero_stage
-    from geopilot.training.engine import (
+    from geopilot.training.export import export_model, git_revision
+    from geopilot.training.nodes import check_same_checkpoint, check_same_job
+    from geopilot.training.stage_setup import (
         EXPORT_INFO,
         NonFiniteError,
         build_optimizer_and_schedule,
@@ -66,8 +68,6 @@ def train(
         require_distributed_launch,
         world_size_from_env,
     )
-    from geopilot.training.export import export_model, git_revision
-    from geopilot.training.nodes import check_same_checkpoint, check_same_job
     from geopilot.training.validation import build_eval_data, per_sample_loss, validation_loss
 
     # --- engine: validate the DeepSpeed config before any process group exists, then start accelerate

@@ -15,7 +15,7 @@ from geopilot.render import user_turn_text
 from geopilot.tokenizer import encode_text
 from geopilot.tool_output import Artifact, Detection, ToolOutput
 from geopilot.tool_protocol import ChatCalls, ToolRegistry
-from geopilot.tools.tasks import DetectObjectsParams, NoParams
+from geopilot.tools.task_tools import DetectObjectsParams, NoParams
 from geopilot.wire import format_tool_turn
 
 QUESTION = "Remove the clouds, then count the ships."

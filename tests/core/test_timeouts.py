@@ -18,7 +18,7 @@ from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import CloudRemovalAdapter
 from geopilot.tools.spa_gan import SpaGan
-from geopilot.tools.tasks import TASKS_BY_NAME, NoParams, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, NoParams, TaskTool
 
 CALL = Action(tool="remove_clouds", params={})
 

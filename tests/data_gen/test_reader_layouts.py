@@ -1,7 +1,7 @@
 """Every layout a dataset is distributed in reads to the same records as the flat one (issue 31 item 1).
 
 DOTA label lines are real (CAPTAIN-WHU/DOTA_devkit@a3f8a59 example/labelTxt/P1888.txt and P0706.txt); the archive
-folder names are those of the official v1.0 / v1.5 / v2.0 downloads (docs/datasets.md). The SpaceNet roads are the
+folder names are those of the official v1.0 / v1.5 / v2.0 downloads (the reader docstrings). The SpaceNet roads are the
 first features of a real SpaceNet-3 label (CosmiQ/apls@982f062 apls/data/gt_json_prop_pkl/ground_truth_randomized/
 AOI_2_Vegas_img0.geojson) on a GeoTIFF georeferenced like the real 1300 x 1300 tile.
 """

@@ -19,7 +19,7 @@ from geopilot.records import (
 from geopilot.sample import Action
 from geopilot.tools.annotations import AnnotationBackend
 from geopilot.tools.registry import build_registry
-from geopilot.tools.tasks import TASKS
+from geopilot.tools.task_tools import TASKS
 
 W, H = 40, 20
 

@@ -20,7 +20,7 @@ from geopilot.tools.denodet import (
     mmdet_label_order,
     sardet_classes,
 )
-from geopilot.tools.tasks import SarDetectAllParams
+from geopilot.tools.task_tools import SarDetectAllParams
 from geopilot.tools.tiling import tile_windows
 from geopilot.vocabulary import canonical_class
 

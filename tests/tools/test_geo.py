@@ -17,7 +17,7 @@ from geopilot.tools.canonical import encode_mask, segment_class
 from geopilot.tools.geo import pixel_features, rfc7946_problems, to_geojson
 from geopilot.tools.geo_files import GeoExportError, export
 from geopilot.tools.registry import build_registry
-from geopilot.tools.tasks import TASKS_BY_NAME, DetectObjectsParams, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, DetectObjectsParams, TaskTool
 from geopilot.wire import format_tool_turn
 
 rasterio = pytest.importorskip("rasterio")

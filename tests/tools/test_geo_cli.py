@@ -14,7 +14,7 @@ from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
 from geopilot.tools.canonical import segment_class
 from geopilot.tools.geo import rfc7946_problems
-from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
 
 rasterio = pytest.importorskip("rasterio")
 pyogrio = pytest.importorskip("pyogrio")

@@ -17,7 +17,7 @@ from geopilot.serving.api import ChatCompletionRequest, _extension, chat_request
 from geopilot.serving.security import ServeError  # noqa: E402
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions  # noqa: E402
 from geopilot.tools.geo import rfc7946_problems  # noqa: E402
-from geopilot.tools.tasks import TASKS_BY_NAME, DetectObjectsParams, TaskTool  # noqa: E402
+from geopilot.tools.task_tools import TASKS_BY_NAME, DetectObjectsParams, TaskTool  # noqa: E402
 
 QUESTION = [("user", "How many ships?", True)]
 

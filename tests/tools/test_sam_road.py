@@ -23,7 +23,7 @@ from geopilot.tools.sam_road_graph import (
     score_edges,
     to_road_graph,
 )
-from geopilot.tools.tasks import TASKS_BY_NAME, NoParams, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, NoParams, TaskTool
 
 SIZE = 160
 CENTRE = (80, 80)
