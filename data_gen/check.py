@@ -1,4 +1,4 @@
-"""`geopilot data check`: read every source of a generation config the way `generate` does, without generating.
+"""`geopilot generate check`: read every source of a generation config the way `generate` does, without generating.
 
 Per source (and its split): the layout the reader recognised, records, objects / questions / graphs / pairs,
 skips by cause with examples, class names outside the vocabulary, the image size range, and the samples each

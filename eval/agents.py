@@ -249,7 +249,7 @@ class OpenAIAgent:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         if not base_url.startswith(("http://", "https://")):
-            raise GeoPilotInputError(f"--base-url must start with http:// or https://, got {base_url!r}")
+            raise GeoPilotInputError(f"--engine-url must start with http:// or https://, got {base_url!r}")
         key = None
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -426,7 +426,7 @@ class HFAgent:
 
 AGENTS: dict[str, str] = {
     "geopilot": "a GeoPilot checkpoint in-process (--model DIR)",
-    "openai": "an OpenAI-compatible chat endpoint (--base-url URL --model NAME)",
+    "openai": "an OpenAI-compatible chat endpoint (--engine-url URL --model NAME)",
     "hf": "a local transformers VLM directory (--model DIR)",
     "reference": "the scripted reference agent: replays each case's reference_calls (checks a suite, no model)",
     "reference-first-step": "the reference agent stopped after its first round (a chain suite's breakdown check)",
