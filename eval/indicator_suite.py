@@ -37,6 +37,8 @@ NOT_FOUND = [
     "no existe",
     "not exist",
 ]
+CLASSES = ["forest", "cropland", "grassland", "urban", "water"]  # the land-cover classes the questions ask about
+PAIR_INDICES = ((0, 1), (4, 5), (6, 7), (10, 11), (2, 9), (3, 8))  # compared municipalities, by index
 DISPLAY_ONLY = [
     "display only",
     "display-only",
@@ -92,17 +94,27 @@ def _case(
 
 
 def build_cases(truth: dict) -> list[Case]:
-    m = truth["municipality"]
-    p = truth["province"]
-    names = list(m)
-    provinces = list(p)
+    """Every case of the suite, by category, with its ground truth from the region's `truth.json`."""
+    return [case for build in CATEGORY_BUILDERS for case in build(truth)]
+
+
+def _views(truth: dict) -> tuple[dict, dict, list[str], list[str]]:
+    """(municipality truth, province truth, municipality names, province names)."""
+    return truth["municipality"], truth["province"], list(truth["municipality"]), list(truth["province"])
+
+
+def _pairs(names: list[str]) -> list[tuple[str, str]]:
+    """The compared municipalities, including near-equal ones (differences of 0.1 to 2 points)."""
+    return [(names[a], names[b]) for a, b in PAIR_INDICES]
+
+
+def _tool_selection_cases(truth: dict) -> list[Case]:
+    """Tool selection: one class share of one municipality (two layers)."""
+    m, p, names, provinces = _views(truth)
     cases: list[Case] = []
     add = cases.append
-
-    # tool selection: one class share of one municipality (two layers)
-    classes = ["forest", "cropland", "grassland", "urban", "water"]
     for i, name in enumerate(names):
-        cls = classes[i % len(classes)]
+        cls = CLASSES[i % len(CLASSES)]
         add(
             _case(
                 f"share-{i:02d}",
@@ -130,8 +142,14 @@ def build_cases(truth: dict) -> list[Case]:
                 truth=[("eligible", m[name][CO2]["eligible"], PCT_TOL)],
             )
         )
+    return cases
 
-    # continuous statistics
+
+def _statistics_cases(truth: dict) -> list[Case]:
+    """Continuous statistics."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i, name in enumerate(provinces):
         add(
             _case(
@@ -155,9 +173,15 @@ def build_cases(truth: dict) -> list[Case]:
                 truth=[("max", m[name][EROSION]["max"], MEAN_TOL)],
             )
         )
+    return cases
 
-    # comparison, including near-equal pairs (differences of 0.1 to 2 points)
-    pairs = [(names[a], names[b]) for a, b in ((0, 1), (4, 5), (6, 7), (10, 11), (2, 9), (3, 8))]
+
+def _comparison_cases(truth: dict) -> list[Case]:
+    """Comparison, including near-equal pairs (differences of 0.1 to 2 points)."""
+    m, p, names, provinces = _views(truth)
+    pairs = _pairs(names)
+    cases: list[Case] = []
+    add = cases.append
     for i, (a, b) in enumerate(pairs):
         va, vb = m[a][LAND]["forest"], m[b][LAND]["forest"]
         winner = a if va > vb else b
@@ -186,8 +210,14 @@ def build_cases(truth: dict) -> list[Case]:
                 contain=[a if va > vb else b],
             )
         )
+    return cases
 
-    # ranking
+
+def _ranking_cases(truth: dict) -> list[Case]:
+    """Ranking."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i, (metric, layer, order) in enumerate(
         [
             ("mean", EROSION, "top"),
@@ -228,8 +258,14 @@ def build_cases(truth: dict) -> list[Case]:
                 contain=[best],
             )
         )
+    return cases
 
-    # thresholds
+
+def _threshold_cases(truth: dict) -> list[Case]:
+    """Thresholds."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i, (metric, layer, op, threshold) in enumerate(
         [
             ("urban", LAND, "above", 20.0),
@@ -262,8 +298,14 @@ def build_cases(truth: dict) -> list[Case]:
                 truth=[("municipalities", count, 0)],
             )
         )
+    return cases
 
-    # time series (a dated layer: only statistics_over_time covers every date)
+
+def _time_series_cases(truth: dict) -> list[Case]:
+    """Time series (a dated layer: only statistics_over_time covers every date)."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i, name in enumerate(names[::2]):
         series = m[name]["ndvi"]
         change = series["2024"]["mean"] - series["2021"]["mean"]
@@ -292,8 +334,14 @@ def build_cases(truth: dict) -> list[Case]:
                 truth=[("NDVI", m[name]["ndvi"]["2022"]["mean"], MEAN_TOL)],
             )
         )
+    return cases
 
-    # cross-indicator synthesis
+
+def _cross_indicator_cases(truth: dict) -> list[Case]:
+    """Cross-indicator synthesis."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i, name in enumerate(names[::2]):
         add(
             _case(
@@ -309,11 +357,17 @@ def build_cases(truth: dict) -> list[Case]:
                 rounds=3,
             )
         )
+    return cases
 
-    # memory: a prior exchange in `history`, the follow-up leaves the layer implicit
+
+def _memory_cases(truth: dict) -> list[Case]:
+    """Memory: a prior exchange in `history`, the follow-up leaves the layer implicit."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i in range(8):
         first, second = names[i], names[(i + 5) % len(names)]
-        cls = classes[(i + 2) % len(classes)]
+        cls = CLASSES[(i + 2) % len(CLASSES)]
         history = [
             {"role": "user", "content": f"What share of {first} is {cls}?"},
             {"role": "assistant", "content": f"In {first}, {cls} covers {m[first][LAND][cls]:.1f} % of the land."},
@@ -330,8 +384,14 @@ def build_cases(truth: dict) -> list[Case]:
                 history=history,
             )
         )
+    return cases
 
-    # multilingual: the area name is the label, so an answer in any language can be scored
+
+def _multilingual_cases(truth: dict) -> list[Case]:
+    """Multilingual: the area name is the label, so an answer in any language can be scored."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     templates = {
         "es": "¿Cuál es la probabilidad media de erosión del suelo en {n}?",
         "gl": "Cal é a probabilidade media de erosión do solo en {n}?",
@@ -352,8 +412,15 @@ def build_cases(truth: dict) -> list[Case]:
                     truth=[(name, m[name][EROSION]["mean"], MEAN_TOL)],
                 )
             )
+    return cases
 
-    # spatial relations and catalogue questions
+
+def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
+    """Spatial relations and catalogue questions."""
+    m, p, names, provinces = _views(truth)
+    pairs = _pairs(names)
+    cases: list[Case] = []
+    add = cases.append
     for i, name in enumerate(names[::3]):
         add(
             _case(
@@ -394,7 +461,7 @@ def build_cases(truth: dict) -> list[Case]:
             "catalogue",
             "easy",
             [_call("get_legend", layer=LAND)],
-            contain=classes,
+            contain=CLASSES,
         )
     )
     add(
@@ -430,8 +497,14 @@ def build_cases(truth: dict) -> list[Case]:
                 contain=[["km2", "km²", "square kilometres", "square kilometers", "km"]],
             )
         )
+    return cases
 
-    # error handling and refusal
+
+def _error_and_refusal_cases(truth: dict) -> list[Case]:
+    """Error handling and refusal."""
+    m, p, names, provinces = _views(truth)
+    cases: list[Case] = []
+    add = cases.append
     for i, ghost in enumerate(["Villarriba del Monte", "Santa Comba de Xallas", "Atlantis", "Porto Novo da Ria"]):
         add(
             _case(
@@ -480,6 +553,21 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
     return cases
+
+
+CATEGORY_BUILDERS = (
+    _tool_selection_cases,
+    _statistics_cases,
+    _comparison_cases,
+    _ranking_cases,
+    _threshold_cases,
+    _time_series_cases,
+    _cross_indicator_cases,
+    _memory_cases,
+    _multilingual_cases,
+    _spatial_and_catalogue_cases,
+    _error_and_refusal_cases,
+)
 
 
 def _parent(truth: dict, municipality: str) -> str:
