@@ -11,8 +11,8 @@ import inspect
 from collections import Counter
 
 from geopilot.data_gen.abilities import class_names
-from geopilot.data_gen.generate import Plan, plan_source
 from geopilot.data_gen.generate_config import GenerateConfig
+from geopilot.data_gen.jobs import Plan, plan_source
 from geopilot.data_gen.sources import SourceError, SourceRead, read_source, skips_line
 from geopilot.errors import ConfigError
 from geopilot.records import ReadReport
