@@ -358,7 +358,7 @@ def chain_answer(kind: str, outputs: list[ToolOutput], facts: dict) -> tuple[str
 
 def chain_messages(kind: str, record: AnnotationRecord, image, rng: random.Random) -> list:
     """The chain's messages, its tool turns run through the annotation registry with one ChatCalls."""
-    from geopilot.tool_protocol import ChatCalls
+    from geopilot.tool_chains import ChatCalls
     from geopilot.tools.registry import annotation_registry
 
     registry, calls = annotation_registry(record), ChatCalls()

@@ -29,8 +29,10 @@ from geopilot.eval.toolkit import openai_tools, sha256_text, tool_prompt
 from geopilot.image import load_image
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action
+from geopilot.tool_chains import ChatCalls
 from geopilot.tool_output import llm_view
-from geopilot.tool_protocol import ChatCalls, ToolRegistry, ToolResult
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolResult
 from geopilot.wire import dumps, format_tool_turn
 
 RAW_CHARS = 2000
