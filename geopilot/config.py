@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 import annotated_types
 import yaml
@@ -142,14 +143,23 @@ def merge(base: dict, update: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
+    return read_mapping(path, "yaml", "config file not found")
+
+
+def read_mapping(path: str | Path, syntax: Literal["yaml", "json"], missing: str) -> dict:
+    """A YAML or JSON file whose top level is a mapping (an empty YAML file is {}); `missing` opens the error of a
+    path that is not a file. Every config file is read here."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"{missing}: {path}")
+    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text) if syntax == "yaml" else json.loads(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    if data is None:
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if data is None and syntax == "yaml":
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")

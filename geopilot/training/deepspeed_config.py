@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 from collections.abc import Callable
 from pathlib import Path
 
+from geopilot.config import read_mapping
 from geopilot.errors import ConfigError
 
 # Every top-level name DeepSpeed 0.19 reads (runtime/config.py's getters, runtime/constants.py, and the sections other
@@ -150,15 +150,7 @@ BUCKET_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_para
 
 
 def read_deepspeed_json(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"engine.deepspeed: DeepSpeed config not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be an object")
+    data = read_mapping(path, "json", "engine.deepspeed: DeepSpeed config not found")
     refuse_engine_sections(data, str(path))
     return data
 
