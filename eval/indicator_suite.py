@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +109,12 @@ def _pairs(names: list[str]) -> list[tuple[str, str]]:
     return [(names[a], names[b]) for a, b in PAIR_INDICES]
 
 
-def _tool_selection_cases(truth: dict) -> list[Case]:
+def _tool_selection_cases(truth: dict) -> Iterator[Case]:
     """Tool selection: one class share of one municipality (two layers)."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, name in enumerate(names):
         cls = CLASSES[i % len(CLASSES)]
-        add(
+        yield (
             _case(
                 f"share-{i:02d}",
                 f"What percentage of {name} is covered by {cls}?",
@@ -131,7 +130,7 @@ def _tool_selection_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[::2]):
-        add(
+        yield (
             _case(
                 f"co2-{i:02d}",
                 f"How much of the municipality of {name} is eligible for CO2 afforestation credits without conditions?",
@@ -142,16 +141,13 @@ def _tool_selection_cases(truth: dict) -> list[Case]:
                 truth=[("eligible", m[name][CO2]["eligible"], PCT_TOL)],
             )
         )
-    return cases
 
 
-def _statistics_cases(truth: dict) -> list[Case]:
+def _statistics_cases(truth: dict) -> Iterator[Case]:
     """Continuous statistics."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, name in enumerate(provinces):
-        add(
+        yield (
             _case(
                 f"erosion-province-{i}",
                 f"What is the mean soil erosion probability in the province of {name}?",
@@ -163,7 +159,7 @@ def _statistics_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[1::3]):
-        add(
+        yield (
             _case(
                 f"erosion-max-{i}",
                 f"What is the highest erosion probability found anywhere in {name}?",
@@ -173,20 +169,17 @@ def _statistics_cases(truth: dict) -> list[Case]:
                 truth=[("max", m[name][EROSION]["max"], MEAN_TOL)],
             )
         )
-    return cases
 
 
-def _comparison_cases(truth: dict) -> list[Case]:
+def _comparison_cases(truth: dict) -> Iterator[Case]:
     """Comparison, including near-equal pairs (differences of 0.1 to 2 points)."""
     m, p, names, provinces = _views(truth)
     pairs = _pairs(names)
-    cases: list[Case] = []
-    add = cases.append
     for i, (a, b) in enumerate(pairs):
         va, vb = m[a][LAND]["forest"], m[b][LAND]["forest"]
         winner = a if va > vb else b
         near = abs(va - vb) <= 2
-        add(
+        yield (
             _case(
                 f"compare-forest-{i}",
                 f"Which has the larger share of forest, {a} or {b}?",
@@ -200,7 +193,7 @@ def _comparison_cases(truth: dict) -> list[Case]:
         )
     for i, (a, b) in enumerate(zip(provinces[:2], provinces[2:], strict=True)):
         va, vb = p[a][EROSION]["mean"], p[b][EROSION]["mean"]
-        add(
+        yield (
             _case(
                 f"compare-erosion-{i}",
                 f"Is erosion risk higher on average in {a} or in {b}?",
@@ -210,14 +203,11 @@ def _comparison_cases(truth: dict) -> list[Case]:
                 contain=[a if va > vb else b],
             )
         )
-    return cases
 
 
-def _ranking_cases(truth: dict) -> list[Case]:
+def _ranking_cases(truth: dict) -> Iterator[Case]:
     """Ranking."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, (metric, layer, order) in enumerate(
         [
             ("mean", EROSION, "top"),
@@ -233,7 +223,7 @@ def _ranking_cases(truth: dict) -> list[Case]:
         what = (
             f"mean {layer.replace('_', ' ')}" if metric == "mean" else f"share of {metric} ({layer.replace('_', ' ')})"
         )
-        add(
+        yield (
             _case(
                 f"rank-{i}",
                 f"List the three municipalities with the {'highest' if order == 'top' else 'lowest'} {what}.",
@@ -247,7 +237,7 @@ def _ranking_cases(truth: dict) -> list[Case]:
     for i, country in enumerate(truth["country"]):
         inside = [n for n in names if truth["municipality"][n]["id"].startswith(truth["country"][country]["id"])]
         best = max(inside, key=lambda n: m[n][EROSION]["mean"])
-        add(
+        yield (
             _case(
                 f"rank-within-{i}",
                 f"Which municipality of {country} has the highest mean erosion probability?",
@@ -258,14 +248,11 @@ def _ranking_cases(truth: dict) -> list[Case]:
                 contain=[best],
             )
         )
-    return cases
 
 
-def _threshold_cases(truth: dict) -> list[Case]:
+def _threshold_cases(truth: dict) -> Iterator[Case]:
     """Thresholds."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, (metric, layer, op, threshold) in enumerate(
         [
             ("urban", LAND, "above", 20.0),
@@ -283,7 +270,7 @@ def _threshold_cases(truth: dict) -> list[Case]:
         what = (
             f"a mean erosion probability {op} {threshold}" if metric == "mean" else f"{op} {threshold:g}{unit} {metric}"
         )
-        add(
+        yield (
             _case(
                 f"threshold-{i}",
                 f"How many municipalities have {what}?",
@@ -298,18 +285,15 @@ def _threshold_cases(truth: dict) -> list[Case]:
                 truth=[("municipalities", count, 0)],
             )
         )
-    return cases
 
 
-def _time_series_cases(truth: dict) -> list[Case]:
+def _time_series_cases(truth: dict) -> Iterator[Case]:
     """Time series (a dated layer: only statistics_over_time covers every date)."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, name in enumerate(names[::2]):
         series = m[name]["ndvi"]
         change = series["2024"]["mean"] - series["2021"]["mean"]
-        add(
+        yield (
             _case(
                 f"ndvi-trend-{i}",
                 f"How did the mean NDVI of {name} change between 2021 and 2024?",
@@ -323,7 +307,7 @@ def _time_series_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[1::4]):
-        add(
+        yield (
             _case(
                 f"ndvi-year-{i}",
                 f"What was the mean NDVI in {name} in 2022?",
@@ -334,16 +318,13 @@ def _time_series_cases(truth: dict) -> list[Case]:
                 truth=[("NDVI", m[name]["ndvi"]["2022"]["mean"], MEAN_TOL)],
             )
         )
-    return cases
 
 
-def _cross_indicator_cases(truth: dict) -> list[Case]:
+def _cross_indicator_cases(truth: dict) -> Iterator[Case]:
     """Cross-indicator synthesis."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, name in enumerate(names[::2]):
-        add(
+        yield (
             _case(
                 f"cross-{i}",
                 f"For {name}, give the share of land eligible for CO2 credits and the mean erosion probability.",
@@ -357,14 +338,11 @@ def _cross_indicator_cases(truth: dict) -> list[Case]:
                 rounds=3,
             )
         )
-    return cases
 
 
-def _memory_cases(truth: dict) -> list[Case]:
+def _memory_cases(truth: dict) -> Iterator[Case]:
     """Memory: a prior exchange in `history`, the follow-up leaves the layer implicit."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i in range(8):
         first, second = names[i], names[(i + 5) % len(names)]
         cls = CLASSES[(i + 2) % len(CLASSES)]
@@ -372,7 +350,7 @@ def _memory_cases(truth: dict) -> list[Case]:
             {"role": "user", "content": f"What share of {first} is {cls}?"},
             {"role": "assistant", "content": f"In {first}, {cls} covers {m[first][LAND][cls]:.1f} % of the land."},
         ]
-        add(
+        yield (
             _case(
                 f"memory-{i}",
                 f"And in {second}?",
@@ -384,14 +362,11 @@ def _memory_cases(truth: dict) -> list[Case]:
                 history=history,
             )
         )
-    return cases
 
 
-def _multilingual_cases(truth: dict) -> list[Case]:
+def _multilingual_cases(truth: dict) -> Iterator[Case]:
     """Multilingual: the area name is the label, so an answer in any language can be scored."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     templates = {
         "es": "¿Cuál es la probabilidad media de erosión del suelo en {n}?",
         "gl": "Cal é a probabilidade media de erosión do solo en {n}?",
@@ -401,7 +376,7 @@ def _multilingual_cases(truth: dict) -> list[Case]:
     for j, (lang, text) in enumerate(templates.items()):
         for k in range(4):
             name = names[(3 * j + k) % len(names)]
-            add(
+            yield (
                 _case(
                     f"multilingual-{lang}-{k}",
                     text.format(n=name),
@@ -412,17 +387,14 @@ def _multilingual_cases(truth: dict) -> list[Case]:
                     truth=[(name, m[name][EROSION]["mean"], MEAN_TOL)],
                 )
             )
-    return cases
 
 
-def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
+def _spatial_and_catalogue_cases(truth: dict) -> Iterator[Case]:
     """Spatial relations and catalogue questions."""
     m, p, names, provinces = _views(truth)
     pairs = _pairs(names)
-    cases: list[Case] = []
-    add = cases.append
     for i, name in enumerate(names[::3]):
-        add(
+        yield (
             _case(
                 f"province-of-{i}",
                 f"Which province is {name} in?",
@@ -434,7 +406,7 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
         )
     for i, name in enumerate(provinces):
         inside = [n for n in names if _parent(truth, n) == name]
-        add(
+        yield (
             _case(
                 f"municipalities-of-{i}",
                 f"Which municipalities lie within {name}?",
@@ -444,7 +416,7 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
                 contain=inside,
             )
         )
-    add(
+    yield (
         _case(
             "layers",
             "Which indicator layers can you analyse?",
@@ -454,7 +426,7 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
             contain=["land_cover", "erosion_probability", "co2_suitability"],
         )
     )
-    add(
+    yield (
         _case(
             "legend-land",
             "What classes does the land cover layer distinguish?",
@@ -464,7 +436,7 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
             contain=CLASSES,
         )
     )
-    add(
+    yield (
         _case(
             "legend-co2",
             "What are the categories of the CO2 suitability layer?",
@@ -475,7 +447,7 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
         )
     )
     for i, (a, b) in enumerate(pairs[:3]):
-        add(
+        yield (
             _case(
                 f"chart-{i}",
                 f"Make a bar chart comparing the forest share of {a} and {b}.",
@@ -486,7 +458,7 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[2:4]):
-        add(
+        yield (
             _case(
                 f"buffer-{i}",
                 f"How large would {name} be, in square kilometres, with a 2 km buffer around it?",
@@ -497,16 +469,13 @@ def _spatial_and_catalogue_cases(truth: dict) -> list[Case]:
                 contain=[["km2", "km²", "square kilometres", "square kilometers", "km"]],
             )
         )
-    return cases
 
 
-def _error_and_refusal_cases(truth: dict) -> list[Case]:
+def _error_and_refusal_cases(truth: dict) -> Iterator[Case]:
     """Error handling and refusal."""
     m, p, names, provinces = _views(truth)
-    cases: list[Case] = []
-    add = cases.append
     for i, ghost in enumerate(["Villarriba del Monte", "Santa Comba de Xallas", "Atlantis", "Porto Novo da Ria"]):
-        add(
+        yield (
             _case(
                 f"missing-area-{i}",
                 f"What percentage of {ghost} is forest?",
@@ -520,7 +489,7 @@ def _error_and_refusal_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[::4]):
-        add(
+        yield (
             _case(
                 f"display-only-{i}",
                 f"What is the average hillshade value in {name}?",
@@ -542,7 +511,7 @@ def _error_and_refusal_cases(truth: dict) -> list[Case]:
             "What is the population of Lusavia?",
         ]
     ):
-        add(
+        yield (
             _case(
                 f"refuse-{i}",
                 query,
@@ -552,7 +521,6 @@ def _error_and_refusal_cases(truth: dict) -> list[Case]:
                 rounds=2,
             )
         )
-    return cases
 
 
 CATEGORY_BUILDERS = (
