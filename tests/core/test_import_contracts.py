@@ -85,10 +85,11 @@ def test_importing_every_core_module_loads_no_tools_data_gen_or_eval():
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {}  # {loaded module: the core module that loaded it}
 
 
-def underscore_uses(path: Path) -> list[str]:
-    """`from X import _name` and `X._name` for X a module of another geopilot package."""
+def underscore_uses(path: Path, name: str | None = None) -> list[str]:
+    """`from X import _name` and `X._name` for X a module of another geopilot package (`name`: the file's module)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    ours = module_name(path).rsplit(".", 1)[0]
+    name = name or module_name(path)
+    ours = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     foreign = {}  # local name -> module, for modules of other packages
     found = []
     for node in ast.walk(tree):
@@ -118,6 +119,12 @@ def underscore_uses(path: Path) -> list[str]:
 
 def test_serving_uses_no_underscore_names_of_other_packages():
     assert [use for path in sorted((PACKAGE / "serving").glob("*.py")) for use in underscore_uses(path)] == []
+
+
+def test_no_package_uses_another_package_s_underscore_names():
+    """A name one package shares with another is public (e.g. the SARLANG reader's `find_image`, which evaluation's
+    loader reads the same files with)."""
+    assert [use for name, path in modules_under(ROOT).items() for use in underscore_uses(path, name)] == []
 
 
 def test_the_contract_checks_catch_what_they_forbid(tmp_path):
