@@ -47,7 +47,7 @@ def skips_line(report: ReadReport) -> str:
 
 
 def _where(root: Path, layouts: tuple[str, ...]) -> str:
-    looked = " | ".join(layouts) if layouts else "(see the reader's docstring in geopilot.data_gen.readers)"
+    looked = " | ".join(layouts) if layouts else "(see docs/datasets.md)"
     return f"layouts looked for: {looked}; found under {root}: {root_entries(root)}"
 
 

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, TypeVar
+from typing import ClassVar, TypeVar
 
 import annotated_types
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from geopilot.argtypes import finite_float
-from geopilot.errors import ConfigError, describe_validation_error
-from geopilot.fileio import atomic_write
+from geopilot.errors import ConfigError, GeoPilotInputError, describe_validation_error
+from geopilot.fileio import MiB, atomic_write, read_bounded
+
+CONFIG_MAX_BYTES = 16 * MiB  # the largest config file read (ours are a few KB)
 
 ConfigT = TypeVar("ConfigT", bound="StrictConfig")
 
@@ -143,23 +144,20 @@ def merge(base: dict, update: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
-    return read_mapping(path, "yaml", "config file not found")
-
-
-def read_mapping(path: str | Path, syntax: Literal["yaml", "json"], missing: str) -> dict:
-    """A YAML or JSON file whose top level is a mapping (an empty YAML file is {}); `missing` opens the error of a
-    path that is not a file. Every config file is read here."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{missing}: {path}")
-    text = path.read_text(encoding="utf-8")
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path} does not exist")
     try:
-        data = yaml.safe_load(text) if syntax == "yaml" else json.loads(text)
+        data = yaml.safe_load(read_bounded(path, CONFIG_MAX_BYTES, "config file").decode("utf-8"))
+    except GeoPilotInputError as err:
+        raise ConfigError(str(err)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (expected YAML)") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nested too deep to read") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    if data is None and syntax == "yaml":
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).splitlines())}") from None
+    if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")

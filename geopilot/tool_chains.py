@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from geopilot.errors import echo
 from geopilot.tool_output import INPUT_IMAGE, Detection
 from geopilot.tool_result import ToolCallError, ToolResult
 
@@ -69,31 +70,31 @@ class ChatCalls:
         if number > made:
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: this chat has made {made} call(s), there is no call {number}",
+                f"{field} {echo(reference)}: this chat has made {made} call(s), there is no call {number}",
             )
         if number > len(self.done):
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} runs in this round; plan the call that reads it in the next round",
+                f"{field} {echo(reference)}: call {number} runs in this round; plan the call that reads it in the next round",
             )
         result = self.done[number - 1][0]
         if not result.ok:
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} ({result.tool}) failed, it has no output to use",
+                f"{field} {echo(reference)}: call {number} ({result.tool}) failed, it has no output to use",
             )
         kind = REFERENCE_PARAMS[field]
         output = result.output
         if kind == "image" and not any(a.kind == "image" for a in output.artifacts):
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} ({result.tool}) produced no image (only an image artefact, "
+                f"{field} {echo(reference)}: call {number} ({result.tool}) produced no image (only an image artefact, "
                 "e.g. remove_clouds' restored image, can be an image)",
             )
         if kind == "objects" and (output.segments or output.roads is not None or output.artifacts):
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} ({result.tool}) is not a detection, it has no objects to use",
+                f"{field} {echo(reference)}: call {number} ({result.tool}) is not a detection, it has no objects to use",
             )
         return result
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from geopilot.errors import describe_validation_error
+from geopilot.errors import describe_validation_error, echo
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action, Modality
 from geopilot.tool_chains import REFERENCE_PARAMS, ChatCalls, ResolvedInputs, params_key
@@ -70,7 +70,7 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool:
         if name not in self._tools:
-            raise ToolCallError("unknown_tool", f"unknown tool {name!r}; available: {', '.join(self._tools)}")
+            raise ToolCallError("unknown_tool", f"unknown tool {echo(name)}; available: {', '.join(self._tools)}")
         return self._tools[name]
 
     def schemas(self) -> list[dict[str, Any]]:
@@ -105,7 +105,8 @@ class ToolRegistry:
                 continue
             if calls is None:
                 raise ToolCallError(
-                    "invalid_reference", f"{field} {reference!r} names an earlier call of a chat; this call is in none"
+                    "invalid_reference",
+                    f"{field} {echo(reference)} names an earlier call of a chat; this call is in none",
                 )
             output = calls.resolve(field, reference).output
             if kind == "image":
@@ -218,7 +219,8 @@ def _artifact_image(inputs: ResolvedInputs) -> LoadedImage:
         return load_image(inputs.image_path)
     except Exception as err:  # noqa: BLE001 - pruned or unreadable: the reference is unusable, said without the path
         raise ToolCallError(
-            "invalid_reference", f"image {inputs.computed_on!r}: its file can no longer be read ({type(err).__name__})"
+            "invalid_reference",
+            f"image {echo(inputs.computed_on)}: its file can no longer be read ({type(err).__name__})",
         ) from None
 
 

@@ -1,7 +1,7 @@
 """Source-dataset readers: one module per dataset, each `read_<name>(root, split=...) -> (records, ReadReport)`.
 
 `READERS` is the one table the generator looks readers up in (config `source:` names are its keys); `LAYOUTS`
-names, per reader, the on-disk layouts it accepts (each reader's docstring describes them), for the error a
+names, per reader, the on-disk layouts it accepts (docs/datasets.md has each with its source), for the error a
 source that yields nothing gets (`geopilot.data_gen.sources`).
 Records carry geometry normalised to [0, 1]; bad items are skipped and counted per cause in the ReadReport
 (causes in `common.py`); a missing/unusable root raises `DatasetRootError` (a GeoPilotInputError).
@@ -48,7 +48,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
         "JPEGImages-{trainval,test}/*.jpg + Annotations/{Horizontal,Oriented} Bounding Boxes/*.xml + ImageSets/Main/<split>.txt",
         "Annotations/*.xml (older copies)",
     ),
-    "fair1m": ("<split>/[part<N>/]{images/*.tif, labelXml/*.xml} (v1.0 / v2.0)",),
+    "fair1m": ("<split>/[part<N>/]{images/*.tif, labelXml[s]/*.xml} (v1.0 / v2.0)",),
     "risbench": ("img_rgb/*.png + mask/*.png + output_phrase_<split>.txt (CroBIM)",),
     "isaid": ("<split>/Annotations/{iSAID_<split>,instancesonly_filtered_<split>}.json + <split>/images/",),
     "openearthmap": ("<region>/{images,labels}/<region>_<n>.tif + <split>.txt",),

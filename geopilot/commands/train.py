@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from geopilot.config import add_override_arguments, parse_command_line
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, echo, one_line
 from geopilot.training.config import TrainConfig, load_train_config
 from geopilot.training.recipe import StepCallback
 from geopilot.training.recipe import train as train_stage
@@ -47,7 +47,14 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
 
 
 def run(args: argparse.Namespace, on_step: StepCallback | None = None) -> int:
-    return train(load_train_config(args.config, args.overrides), on_step)
+    try:
+        return train(load_train_config(args.config, args.overrides), on_step)
+    except PermissionError as err:  # a tracking folder or shared cache another user owns: say which, not a traceback
+        where = f" {echo(str(err.filename))}" if err.filename else ""
+        raise GeoPilotInputError(
+            f"no permission to use{where} ({err.strerror or err}); choose an output_dir and data.cache_dir this "
+            "user can write"
+        ) from None
 
 
 def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> int:
@@ -55,7 +62,7 @@ def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> 
     try:
         return run(args, on_step)
     except GeoPilotInputError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
+        print(f"train.py: error: {one_line(err)}", file=sys.stderr)
         return 2
 
 

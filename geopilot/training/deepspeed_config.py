@@ -13,8 +13,9 @@ import difflib
 from collections.abc import Callable
 from pathlib import Path
 
-from geopilot.config import read_mapping
-from geopilot.errors import ConfigError
+from geopilot.config import CONFIG_MAX_BYTES
+from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.fileio import read_json
 
 # Every top-level name DeepSpeed 0.19 reads (runtime/config.py's getters, runtime/constants.py, and the sections other
 # modules read), pinned here; tests/training/test_deepspeed_config.py checks the installed DeepSpeed against it, so a
@@ -150,7 +151,15 @@ BUCKET_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_para
 
 
 def read_deepspeed_json(path: str | Path) -> dict:
-    data = read_mapping(path, "json", "engine.deepspeed: DeepSpeed config not found")
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"engine.deepspeed: DeepSpeed config not found: {path}")
+    try:
+        data = read_json(path, CONFIG_MAX_BYTES, "DeepSpeed config")
+    except GeoPilotInputError as err:
+        raise ConfigError(str(err)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be an object")
     refuse_engine_sections(data, str(path))
     return data
 

@@ -517,7 +517,8 @@ def _check_same_run(state: dict, run: dict, path: Path) -> None:
     if changed:
         details = ", ".join(changed)
         raise CheckpointError(
-            f"{path} belongs to a different run ({details}); use a new output_dir or checkpoint.resume=false"
+            f"{path} belongs to a different run ({details}); use a new output_dir for this run (that one's "
+            "checkpoints stay as they are)"
         )
 
 
