@@ -16,7 +16,7 @@ from PIL import Image
 
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.readers.geochat import BOX, box_repairs, decode_box, read_geochat
-from geopilot.eval.task_metrics.geometry import convex_polygon, signed_area
+from geopilot.polygons import convex_polygon, signed_area
 
 
 def geochat_corners(x1: int, y1: int, x2: int, y2: int, degrees: int, width: int, height: int):

@@ -18,8 +18,8 @@ import pytest
 from geopilot.cli import main
 from geopilot.eval.benchmark_tasks import score_referring
 from geopilot.eval.loaders.referring import decode_boxes, load_referring
-from geopilot.eval.task_metrics.geometry import polygon_iou
 from geopilot.eval.task_metrics.grounding import acc_at_iou
+from geopilot.polygons import polygon_iou
 
 
 def _box(x1: float, y1: float, x2: float, y2: float) -> list[list[float]]:
