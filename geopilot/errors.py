@@ -60,9 +60,8 @@ class WeightsError(GeoPilotInputError):
 
 
 def echo(value: object, limit: int = ECHO_CHARS) -> str:
-    """`repr(value)` for an error message, cut to `limit` characters (a 5 MB name must not come back whole)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+    """`repr(value)` for an error message, clipped like any echoed input."""
+    return clipped(repr(value), limit)
 
 
 def one_line(err: BaseException, limit: int = 2000) -> str:
@@ -75,6 +74,12 @@ def first_line(err: BaseException, empty: str | None = None) -> str:
     """The first line of an exception's message (libraries raise pages), or `empty` / its type name when blank."""
     text = str(err).strip()
     return text.splitlines()[0] if text else (empty or type(err).__name__)
+
+
+def clipped(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` (the user's input an error message repeats: a name, a key, a repr) cut to its first `limit`
+    characters and its length, so a 5 MB name never comes back whole."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def validation_problems(
@@ -93,8 +98,7 @@ def validation_problems(
         tag = next((i for i in range(1, len(loc)) if loc[i] in union_tags and isinstance(loc[i - 1], int)), None)
         if tag is not None:
             del loc[tag]
-        key = ".".join(str(part) for part in ([under] if under else []) + loc)
-        key = key if len(key) <= ECHO_CHARS else f"{key[:ECHO_CHARS]}..."  # a key is the user's input too
+        key = clipped(".".join(str(part) for part in ([under] if under else []) + loc))  # a key is input too
         message = unknown_key if problem["type"] == "extra_forbidden" else problem["msg"].removeprefix("Value error, ")
         problems.append((key, message))
     return problems

@@ -33,8 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from geopilot.errors import GeoPilotInputError
-from geopilot.network import key_matches, loopback_host_names
+from geopilot.errors import GeoPilotInputError, clipped
+from geopilot.network import BrowserGate, answered_host_names, key_matches
 from geopilot.serving.batcher import Batcher, Busy, Job, Slot
 from geopilot.serving.chat_request import (
     conversation_request,
@@ -50,7 +50,6 @@ from geopilot.serving.protocol import (
 )
 from geopilot.serving.security import (
     BodyLimit,
-    BrowserGate,
     ServeError,
     UrlPolicy,
 )
@@ -98,7 +97,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(AuthGate, key=config.api_key)
     # outermost: a keyless server answers only to loopback Host names (it may only bind loopback)
-    app.add_middleware(BrowserGate, hosts=loopback_host_names(config.host) if config.api_key is None else None)
+    app.add_middleware(BrowserGate, hosts=answered_host_names(config.host, config.api_key))
 
     @app.exception_handler(ServeError)
     async def serve_error(request, err: ServeError):
@@ -117,7 +116,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     @app.get("/v1/models/{name}")
     async def model(name: str):
         if name != config.model_name:
-            raise ServeError(404, f"model {name!r} does not exist", code="model_not_found")
+            raise ServeError(404, f"model {clipped(repr(name))} does not exist", code="model_not_found")
         return _model_card(name)
 
     page = resources.files("geopilot.serving").joinpath("demo.html").read_text(encoding="utf-8")
@@ -140,7 +139,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
         if body.model != config.model_name:
             raise ServeError(
                 404,
-                f"model {body.model!r} does not exist; this server has {config.model_name!r}",
+                f"model {clipped(repr(body.model))} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
         slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too

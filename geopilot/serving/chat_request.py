@@ -12,12 +12,14 @@ from pydantic import ValidationError
 
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError, describe_validation_error
 from geopilot.generation import GenerationOptions
+from geopilot.json_limits import check_depth
 from geopilot.serving.config import ServeConfig
 from geopilot.serving.protocol import (
     ChatCompletionRequest,
+    check_history_calls,
+    check_request_size,
     client_tools,
     images_of,
-    message_chars,
     read_dialogue,
     refuse_unsupported,
 )
@@ -31,21 +33,16 @@ def pick(value, default):
 
 
 def parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
+    value = parse_json(raw)
     try:
-        body = ChatCompletionRequest.model_validate(parse_json(raw))
+        check_depth(value, "the request body")
+        body = ChatCompletionRequest.model_validate(value)
+    except GeoPilotInputError as err:
+        raise ServeError(400, str(err), code="bad_json") from None
     except ValidationError as err:
         raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
-    except RecursionError:  # a value nested past what validation recurses through
-        raise ServeError(400, "the request body is nested too deeply", code="bad_json") from None
     refuse_unsupported(body)
-    chars = sum(message_chars(m) for m in body.messages)
-    if chars > max_text_chars:  # refused before tokenising: the tokenizer would hold the model thread for seconds
-        raise ServeError(
-            400,
-            f"the messages have {chars:,} characters of text, over this server's limit of {max_text_chars:,} "
-            "(no model context holds that many)",
-            code="context_length_exceeded",
-        )
+    check_request_size(body, max_text_chars)
     return body
 
 
@@ -67,6 +64,7 @@ def conversation_request(body: ChatCompletionRequest, image: bytes | str, config
     tools, system = client_tools(
         body, pilot.tools.names() if body.tools else [], config.allow_unknown_tools, dialogue.system
     )
+    check_history_calls(dialogue, tools.names if tools is not None else tuple(pilot.tools.names()))
     data = decode_data_url(image) if isinstance(image, str) else image
     request = {
         "image": load_request_image(data, config.max_image_pixels, body.geopilot.bands),

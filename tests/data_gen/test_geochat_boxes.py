@@ -89,8 +89,8 @@ def test_data_check_shows_the_repairs(tmp_path, capsys):
     root = _root(tmp_path, "<p>planes</p> {<51><-1><53><3>|<74>}<delim>{<60><60><70><70>|<0>}")
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"sources": [{"reader": "geochat_instruct", "root": str(root)}]}))
-    assert cli_main(["data", "check", "--config", str(config), "--json"]) == 0
+    assert cli_main(["generate", "check", "--config", str(config), "--json"]) == 0
     (source,) = json.loads(capsys.readouterr().out)["sources"]
     assert source["repaired"] == {"box_off_grid": 1, "polygon_clipped_to_image": 1} and source["objects"] == 2
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     assert "repaired and kept: box_off_grid 1, polygon_clipped_to_image 1" in capsys.readouterr().out

@@ -150,7 +150,7 @@ def test_data_check_reads_every_object_of_an_official_root_without_options(tmp_p
     assert source["layout"] == f"{folder}/*.txt (oriented boxes)"
     assert (source["records"], source["objects"], source["skipped"]) == (2, 7, {})  # every object line of both files
     config = tmp_path / "check.yaml"
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     assert f"detected: DOTA v{version} (from the folder labelTxt-v{version}/)" in capsys.readouterr().out
 
 

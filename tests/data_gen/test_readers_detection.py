@@ -265,7 +265,7 @@ def test_fair1m_out_of_order_corners_are_kept_and_empty_or_pointless_objects_cou
         tmp_path / "check.yaml",
         f"sources: [{{reader: fair1m, root: {tmp_path / 'FAIR1M'}, max_skip_fraction: 0.9}}]\n",
     )
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     text = capsys.readouterr().out
     assert "skipped (57.1%, limit 90%): bad_polygon 2, empty_file 2" in text
     assert "       empty_file 2: e.g. 4.xml: 0 bytes" in text
