@@ -161,15 +161,14 @@ def _prepare_stage(
     """The model, the data and its batches, the optimizer and schedule, all through `accelerator.prepare`."""
     from torch.utils.data import DataLoader
 
-    from geopilot.model import num_image_tokens
     from geopilot.training.batching import Collator, LengthGroupedBatches, RandomBatches
-    from geopilot.training.data import build_training_data
+    from geopilot.training.data import ImageTokens, build_training_data
     from geopilot.training.stage_setup import build_optimizer_and_schedule, build_stage_model, plan_steps
     from geopilot.training.validation import build_eval_data
 
     model, processor = build_stage_model(cfg)
-    image_tokens = num_image_tokens(model.config)
     with accelerator.main_process_first():  # the main process fills the tokenisation cache, the others read it
+        image_tokens = ImageTokens.of(processor, cfg.data.max_pixels)
         data = build_training_data(cfg.data, cfg.stage, processor.tokenizer, image_tokens, cfg.cache_dir)
         eval_data = None
         if cfg.data.eval_files:
