@@ -16,6 +16,7 @@ shortest closing is written), so a constrained plan always parses within `max_ne
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +117,8 @@ def check_params_schema(tool: str, schema: dict) -> str:
             text, any_whitespace=False, separators=SEPARATORS
         )
     except (RuntimeError, ValueError) as err:
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        reason = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", lines[-1])  # xgrammar's "[time] file.cc:N: " prefix
         raise ValueError(
             f"tool {tool!r}: its params schema cannot be compiled into the plan grammar: {reason}"
         ) from None
