@@ -55,7 +55,7 @@ def valid_plan(text: str, registry: ToolRegistry, constraint: PlanConstraint | N
     return plan
 
 
-@pytest.mark.parametrize("max_new_tokens", [40, 160])
+@pytest.mark.parametrize("max_new_tokens", [40, pytest.param(160, marks=pytest.mark.slow)])
 def test_the_untrained_models_first_turn_is_a_valid_plan_on_every_path(tiny, default_registry, image, max_new_tokens):
     pilot = GeoPilot(tiny[0], tiny[1], default_registry)
     generation = {"max_new_tokens": max_new_tokens}
