@@ -83,7 +83,7 @@ class LocalEngine:
     def grammars(self) -> PlanGrammars:
         """The plan grammars of this tokenizer over the model's whole vocabulary (built on first use)."""
         if self._grammars is None:
-            self._grammars = PlanGrammars(self.tokenizer, self.model.config.text_config.vocab_size)
+            self._grammars = PlanGrammars.of(self.tokenizer, self.model.config.text_config.vocab_size)
         return self._grammars
 
     def check_plan_room(self, constraint: PlanConstraint, max_new_tokens: int) -> None:

@@ -138,14 +138,14 @@ def _byte_vocabulary():
 
 
 class PlanGrammars:
-    """The plan grammars of one tokenizer, compiled once per constraint (a tool set and its tool_choice)."""
+    """The plan grammars of one vocabulary (an `xgrammar.TokenizerInfo`), compiled once per constraint (a tool set
+    and its tool_choice). `PlanGrammars.of(tokenizer, vocab_size)` for a transformers tokenizer."""
 
-    def __init__(self, tokenizer, vocab_size: int):
+    def __init__(self, info, eos: int):
         import xgrammar
 
-        self.info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self.compiler = xgrammar.GrammarCompiler(self.info)
-        self.vocab_size, self.eos = vocab_size, tokenizer.eos_token_id
+        self.info, self.eos, self.vocab_size = info, eos, info.vocab_size
+        self.compiler = xgrammar.GrammarCompiler(info)
         self._compiled: dict[PlanConstraint, Any] = {}
         self._shortest: dict[PlanConstraint, int] = {}
         exact: dict[bytes, int] = {}
@@ -155,6 +155,13 @@ class PlanGrammars:
         self.closers = [exact[t] for t in CLOSING_TEXTS if t in exact]
         # xgrammar's JSON strings admit raw control characters, which JSON (and json.loads) does not
         self.control = [t for t, text in enumerate(self.info.decoded_vocab) if any(b < 0x20 for b in bytes(text))]
+
+    @classmethod
+    def of(cls, tokenizer, vocab_size: int) -> PlanGrammars:
+        """`vocab_size`: the model's logits width (the mask covers all of it, padding ids included)."""
+        import xgrammar
+
+        return cls(xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size), tokenizer.eos_token_id)
 
     def compiled(self, constraint: PlanConstraint):
         if constraint not in self._compiled:
