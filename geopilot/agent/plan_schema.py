@@ -189,8 +189,8 @@ class PlanGrammars:
         need = self.shortest(constraint)
         if max_new_tokens < need:
             raise GeoPilotInputError(
-                f"max_new_tokens={max_new_tokens} is too small for a plan: the shortest takes {need} tokens "
-                f"(raise it, or turn plan constraints off with constrain_plans=False)"
+                f"max_new_tokens={max_new_tokens} is too small for a plan: the shortest the plan grammar allows "
+                f"takes {need} tokens"
             )
 
     def closing(self, matcher) -> list[int]:

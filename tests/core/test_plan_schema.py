@@ -183,3 +183,28 @@ def test_the_http_engines_request_carries_the_plan_schema(default_registry, imag
     }
     assert tools == {t.name for t in default_registry if t.modality == "optical"}
     assert "response_format" not in bodies[1]
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_one_switch_reaches_serve_and_eval(tiny_model_dir, off):
+    """`--unconstrained-plans` is `constrain_plans=False` for `geopilot serve` (server and FastChat worker share the
+    pilot) and `geopilot eval planning --agent geopilot`, which records it with the run."""
+    import argparse
+
+    from geopilot.eval.planning_cli import add_arguments as eval_arguments
+    from geopilot.eval.planning_cli import build_agent
+    from geopilot.serving.cli import add_arguments, build_config, build_pilot
+
+    flag = ["--unconstrained-plans"] if off else []
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model", str(tiny_model_dir), "--device", "cpu", *flag])
+    assert build_pilot(args, build_config(args)).constrain_plans is not off
+    parser = argparse.ArgumentParser()
+    eval_arguments(parser)
+    common = ["--model", str(tiny_model_dir), "--out", "unused", "--device", "cpu", *flag]
+    agent, _ = build_agent(parser.parse_args(["--agent", "geopilot", *common]), None)
+    assert agent.pilot.constrain_plans is not off and agent.config.get("constrain_plans", True) is not off
+    if off:
+        with pytest.raises(GeoPilotInputError, match="--unconstrained-plans is for --agent geopilot"):
+            build_agent(parser.parse_args(["--agent", "hf", *common]), None)
