@@ -9,8 +9,8 @@ with xgrammar, applied as a token mask over the whole vocabulary (in process) or
 -> at most one). `plan_json_schema` is its JSON schema (the wire format's keys in order; `value` null after calls,
 a non-empty answer without them). `PlanGrammars` compiles it for one tokenizer (cached per constraint, i.e. per
 tool set) and `PlanLogits` is the logits processor: one `GrammarMatcher` per constrained row of a batch, and within
-the turn's last `CLOSE_WINDOW` tokens only a token after which the plan can still close in the room left (else the
-shortest closing is written), so a constrained plan always parses within `max_new_tokens`.
+the turn's last `CLOSE_WINDOW` tokens only the best few tokens after which the plan can still close in the room
+left (else the shortest closing is written), so a constrained plan always parses within `max_new_tokens`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from geopilot.sample import AssistantMessage
 SEPARATORS = (",", ":")  # the wire format is compact JSON (geopilot.wire.dumps); xgrammar's default has ": "
 ANY_PARAMS = json.dumps({"type": "object", "additionalProperties": True})  # a client tool this registry lacks
 CLOSE_WINDOW = 64  # the last tokens of a turn in which every token must leave room to close the plan
+WINDOW_CANDIDATES = 4  # the best allowed tokens checked for room there (sampling keeps its choice among them)
 CLOSING_TEXTS = (b'"', b"]", b"}", b"null", b"{", b",", b"0", b"a")  # what the shortest closing prefers, in order
 MAX_CLOSING_TOKENS = 256  # a closing longer than this is not searched further (no registry schema needs it)
 
@@ -274,19 +275,29 @@ class PlanLogits:
         return scores
 
     def _within_room(self, row: int, scores, room: int) -> None:
-        """Near the end of the turn: the best allowed token if the plan still closes after it, else the closing."""
+        """Near the end of the turn: of the `WINDOW_CANDIDATES` best allowed tokens, those after which the plan
+        still closes in the room left (sampling picks among them as it would have), else the closing."""
         if not self.forced[row]:
-            pick = int(scores[row].argmax())
-            if pick == self.grammars.eos:
-                self._only(row, scores, pick)
-                return
-            twin = self.matchers[row].fork()
-            twin.accept_token(pick)
-            if len(self.grammars.closing(twin)) + 1 <= room - 1:  # its closing tokens and </s> still fit
-                self._only(row, scores, pick)
+            best = scores[row].topk(min(WINDOW_CANDIDATES, scores.shape[-1]))
+            fitting = [
+                token
+                for value, token in zip(best.values.tolist(), best.indices.tolist(), strict=True)
+                if value > float("-inf") and self._closes_after(row, token, room)
+            ]
+            if fitting:
+                keep = scores[row, fitting].clone()
+                scores[row] = float("-inf")
+                scores[row, fitting] = keep
                 return
             self.forced[row] = self.grammars.closing(self.matchers[row]) + [self.grammars.eos]
         self._only(row, scores, self.forced[row].pop(0))
+
+    def _closes_after(self, row: int, token: int, room: int) -> bool:
+        if token == self.grammars.eos:
+            return True
+        twin = self.matchers[row].fork()
+        # after `token`, room - 1 steps are left for the closing tokens and </s>
+        return twin.accept_token(token) and len(self.grammars.closing(twin)) + 1 <= room - 1
 
     @staticmethod
     def _only(row: int, scores, token: int) -> None:
