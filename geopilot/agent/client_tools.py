@@ -29,12 +29,13 @@ class ClientTools:
     unknown: tuple[str, ...] = ()  # declared but not in the registry (untrained; only the name is checked)
     choice: str = "auto"  # "none" | "auto" | "required" | the name of the one function to call
     parallel: bool = True  # False: at most one call per plan
+    schemas: tuple[tuple[str, str], ...] = ()  # unknown tools' declared params schemas (JSON text, checked)
 
     def constraint(self, registry: ToolRegistry | None = None) -> PlanConstraint:
         """tool_choice as a PlanConstraint; with `registry`, a known tool's params are held to its own schema."""
         limit = None if self.parallel else 1
         known = [] if registry is None else [n for n in self.names if n in registry and n not in self.unknown]
-        params = tuple((n, registry.plan_params(n)) for n in known)
+        params = tuple((n, registry.plan_params(n)) for n in known) + self.schemas
         if self.choice == "none":
             return PlanConstraint(self.names, 0, 0, params)
         if self.choice == "auto":

@@ -126,6 +126,67 @@ def check_params_schema(tool: str, schema: dict) -> str:
     return text
 
 
+MAX_CLIENT_SCHEMA_CHARS = 20_000  # a client-declared params schema, as JSON text
+MAX_CLIENT_SCHEMA_DEPTH = 16  # nested objects and arrays in it
+
+
+def check_client_schema(tool: str, schema: object) -> str:
+    """A client-declared params schema checked before anything compiles it: a JSON object, at most
+    `MAX_CLIENT_SCHEMA_CHARS` long and `MAX_CLIENT_SCHEMA_DEPTH` deep, no recursive `$ref`; then compiled as a
+    registry tool's is. ValueError naming the tool otherwise (serving: a 400)."""
+    if not isinstance(schema, dict):
+        raise ValueError(f"tool {tool!r}: its parameters must be a JSON schema object")
+    text = json.dumps(schema)
+    if len(text) > MAX_CLIENT_SCHEMA_CHARS:
+        raise ValueError(
+            f"tool {tool!r}: its parameters schema is {len(text)} characters, over {MAX_CLIENT_SCHEMA_CHARS}"
+        )
+    if _depth(schema) > MAX_CLIENT_SCHEMA_DEPTH:
+        raise ValueError(f"tool {tool!r}: its parameters schema nests deeper than {MAX_CLIENT_SCHEMA_DEPTH} levels")
+    if _recursive(schema):
+        raise ValueError(f"tool {tool!r}: its parameters schema is recursive ($ref)")
+    return check_params_schema(tool, schema)
+
+
+def _depth(node) -> int:
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    return 1 + max((_depth(c) for c in children), default=0) if isinstance(node, (dict, list)) else 0
+
+
+def _refs(node) -> set[str]:
+    if isinstance(node, dict):
+        own = {node["$ref"]} if isinstance(node.get("$ref"), str) else set()
+        return own.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+def _recursive(schema: dict) -> bool:
+    """A `$ref` to the root, or a definition that reaches itself through `$ref`s."""
+    definitions = {f"#/{key}/{name}": d for key in ("$defs", "definitions") for name, d in schema.get(key, {}).items()}
+    graph = {ref: _refs(d) for ref, d in definitions.items()}
+    if "#" in _refs(schema):
+        return True
+    seen: set[str] = set()
+
+    def reaches(ref: str, target: str) -> bool:
+        for nxt in graph.get(ref, ()):
+            if nxt == target:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                if reaches(nxt, target):
+                    return True
+        return False
+
+    for ref in graph:
+        seen.clear()
+        if reaches(ref, ref):
+            return True
+    return False
+
+
 _BYTES = None
 
 

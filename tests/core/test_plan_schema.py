@@ -208,3 +208,25 @@ def test_one_switch_reaches_serve_and_eval(tiny_model_dir, off):
     if off:
         with pytest.raises(GeoPilotInputError, match="--unconstrained-plans is for --agent geopilot"):
             build_agent(parser.parse_args(["--agent", "hf", *common]), None)
+
+
+def test_a_client_declared_schema_that_is_huge_deep_or_recursive_is_a_400_before_compiling():
+    from geopilot.serving.protocol import ChatCompletionRequest, client_tools
+    from geopilot.serving.security import ServeError
+
+    def declare(parameters) -> dict:
+        tool = {"type": "function", "function": {"name": "count_cars", "parameters": parameters}}
+        return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+
+    ok = {"type": "object", "properties": {"lot": {"type": "string"}}, "required": ["lot"]}
+    tools, _ = client_tools(ChatCompletionRequest.model_validate(declare(ok)), ["ground"], True, None)
+    assert dict(tools.constraint().params)["count_cars"] == json.dumps(ok)  # the plan holds its params to it
+    deep: dict = {"type": "object"}
+    for _ in range(20):
+        deep = {"type": "object", "properties": {"x": deep}}
+    recursive = {"$defs": {"N": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}}}, "$ref": "#/$defs/N"}
+    huge = {"type": "object", "description": "x" * 30_000}
+    for bad, why in ((deep, "deeper than"), (recursive, "recursive"), (huge, "characters, over")):
+        with pytest.raises(ServeError, match=why) as err:
+            client_tools(ChatCompletionRequest.model_validate(declare(bad)), ["ground"], True, None)
+        assert err.value.status == 400 and "count_cars" in str(err.value)
