@@ -15,6 +15,7 @@ left (else the shortest closing is written), so a constrained plan always parses
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -110,20 +111,26 @@ def _renamed_refs(node, tool: str):
 def check_params_schema(tool: str, schema: dict) -> str:
     """A tool's params JSON schema as JSON text, once xgrammar compiled it (on a byte vocabulary: no tokenizer is
     needed); a schema it cannot compile raises ValueError naming the tool (at registry load, never mid-request)."""
+    text = json.dumps(schema)  # the properties in their order: the order a plan writes them
+    reason = _compile_problem(text)
+    if reason is not None:
+        raise ValueError(f"tool {tool!r}: its params schema cannot be compiled into the plan grammar: {reason}")
+    return text
+
+
+@functools.lru_cache(maxsize=512)
+def _compile_problem(text: str) -> str | None:
+    """Why xgrammar cannot compile the schema `text` (None: it can); cached, as every registry load checks again."""
     import xgrammar
 
-    text = json.dumps(schema)  # the properties in their order: the order a plan writes them
     try:
         xgrammar.GrammarCompiler(_byte_vocabulary(), cache_enabled=False).compile_json_schema(
             text, any_whitespace=False, separators=SEPARATORS
         )
     except (RuntimeError, ValueError) as err:
         lines = str(err).strip().splitlines() or [type(err).__name__]
-        reason = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", lines[-1])  # xgrammar's "[time] file.cc:N: " prefix
-        raise ValueError(
-            f"tool {tool!r}: its params schema cannot be compiled into the plan grammar: {reason}"
-        ) from None
-    return text
+        return re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", lines[-1])  # xgrammar's "[time] file.cc:N: " prefix
+    return None
 
 
 MAX_CLIENT_SCHEMA_CHARS = 20_000  # a client-declared params schema, as JSON text
