@@ -214,7 +214,13 @@ class ToolRegistry:
                 raise ValueError(f"two tools are named {tool.name!r}")
             self._tools[tool.name] = tool
         self.timeout_s, self.cancel_grace_s = timeout_s, cancel_grace_s
-        self._plan_params = {name: _plan_params(tool) for name, tool in self._tools.items()}
+        self._plan_params: dict[str, tuple[str, str]] | None = None  # compiled on first use (xgrammar loads torch)
+
+    def check_plan_schemas(self) -> None:
+        """Compile every tool's params schema for the plan grammar (once); ValueError naming the first tool whose
+        schema cannot compile. `GeoPilot` calls it when it loads its registry, before any request."""
+        if self._plan_params is None:
+            self._plan_params = {name: _plan_params(tool) for name, tool in self._tools.items()}
 
     def plan_constraint(self, modality: Modality | None = None):
         """The plan a chat's first think turn may write: calls of this registry's tools (those of `modality`
@@ -227,6 +233,7 @@ class ToolRegistry:
     def plan_params(self, name: str, references: bool = True) -> str:
         """The params JSON schema (JSON text) a plan's call of `name` is decoded in, compiled at load;
         `references=False` leaves out the `result:N` params (a chat's first plan has no earlier call to name)."""
+        self.check_plan_schemas()
         with_refs, without = self._plan_params[name]
         return with_refs if references else without
 

@@ -83,6 +83,8 @@ class GeoPilot:
         self._tools, self.tools_config = tools, tools_config
         self.tool_timeout_s, self.max_pixels = tool_timeout_s, max_pixels
         self.constrain_plans = bool(constrain_plans)
+        if tools is not None:
+            self._check_plan_schemas(tools)
 
     @classmethod
     def from_pretrained(
@@ -148,8 +150,18 @@ class GeoPilot:
                 raise GeoPilotError(
                     f"the default tool registry needs geopilot.tools ({err}); pass tools=ToolRegistry([...])"
                 ) from None
-            self._tools = build_registry(self.tools_config)
+            self._tools = self._check_plan_schemas(build_registry(self.tools_config))
         return self._tools
+
+    def _check_plan_schemas(self, registry: ToolRegistry) -> ToolRegistry:
+        """A tool whose params schema the plan grammar cannot hold fails here, when the registry loads, naming it."""
+        check = getattr(registry, "check_plan_schemas", None)
+        if self.constrain_plans and check is not None:
+            try:
+                check()
+            except ValueError as err:
+                raise GeoPilotError(str(err)) from None
+        return registry
 
     # -- public API ---------------------------------------------------------------------------------------------------
 

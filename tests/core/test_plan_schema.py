@@ -134,9 +134,17 @@ class Odd:
         raise AssertionError("never run")
 
 
-def test_a_schema_the_grammar_cannot_hold_fails_at_registry_load_naming_the_tool():
+def test_a_schema_the_grammar_cannot_hold_fails_at_registry_load_naming_the_tool(tiny):
+    """When GeoPilot loads its registry, not at request time (building a bare registry stays torch-free)."""
+    from geopilot.errors import GeoPilotError
+
+    registry = ToolRegistry([Odd()])
     with pytest.raises(ValueError, match=r"tool 'odd_tool': its params schema cannot be compiled.*Lookbehind"):
-        ToolRegistry([Odd()])
+        registry.check_plan_schemas()
+    with pytest.raises(GeoPilotError, match=r"tool 'odd_tool'") as err:
+        GeoPilot(tiny[0], tiny[1], registry)
+    assert "\n" not in str(err.value)
+    GeoPilot(tiny[0], tiny[1], registry, constrain_plans=False)  # the ablation does not compile plans
 
 
 def test_the_schema_keeps_tool_definitions_apart_and_the_wire_compact():
