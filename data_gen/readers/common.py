@@ -1,7 +1,10 @@
 """Shared pieces of the source-dataset readers: skip causes, root checks, safe XML, geometry normalisation.
 
 Every reader returns `(records, report)`: bad items are skipped and counted in `report` under one of the causes
-below; only a missing or unusable dataset root raises (`DatasetRootError`, a `GeoPilotInputError`).
+below; only a missing or unusable dataset root raises (`DatasetRootError`, a `GeoPilotInputError`). Every text file
+is read with `read_limited`: regular files only (a FIFO would hang) and at most `LABEL_FILE_MAX_BYTES` for one
+image's label file, `DATASET_FILE_MAX_BYTES` for a file the whole source hangs on (a sparse 2 GB label file is
+refused from its size, not read).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from defusedxml import DefusedXmlException
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError, first_line
+from geopilot.fileio import MiB, read_bounded
 from geopilot.records import AnnotationRecord, ObjectAnnotation, ReadReport
 from geopilot.vocabulary import canonical_class
 
@@ -39,9 +43,12 @@ SIZE_MISMATCH = "size_mismatch"  # a mask / paired image whose size differs from
 UNSAFE_CLASS_NAME = "unsafe_class_name"  # a class name that is a path or markup (`../etc/passwd`, `<script>`)
 OVERSIZED_FIELD = "oversized_field"  # a CSV row with a field over the csv module's 128 KiB limit
 NOT_UTF8 = "not_utf8"  # a row (CSV line, JSONL line) holding bytes that are not UTF-8 (binary garbage)
+EMPTY_FILE = "empty_file"  # an annotation file with nothing in it (0 bytes, or an XML without one <object>)
 IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100K `ignore: 1`), as its loader does
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+LABEL_FILE_MAX_BYTES = 64 * MiB  # one image's labels (DOTA txt, VOC XML, a road GeoJSON or graph pickle): KBs to MBs
+DATASET_FILE_MAX_BYTES = 1536 * MiB  # a COCO JSON, split list or caption table (GeoChat_Instruct.json: 263 MB)
 
 
 class DatasetRootError(GeoPilotInputError):
@@ -55,12 +62,18 @@ def require_dir(root: Path | str, dataset: str, hint: str = "") -> Path:
     return path.resolve()
 
 
+def read_limited(path: Path, limit: int = LABEL_FILE_MAX_BYTES, what: str = "label file") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, else a one-line GeoPilotInputError (a ValueError, so
+    the readers count it as the malformed file it is)."""
+    return read_bounded(path, limit, what)
+
+
 def read_index_file(path: Path, dataset: str) -> str:
     """A split list / phrase list the whole dataset hangs on: its text, or DatasetRootError if unreadable."""
     try:
-        return path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DatasetRootError(f"{dataset}: cannot read {path}: {err}") from err
+        return read_limited(path, DATASET_FILE_MAX_BYTES, f"{dataset} index file").decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, GeoPilotInputError) as err:
+        raise DatasetRootError(f"{dataset}: cannot read {path}: {first_line(err)[:300]}") from None
 
 
 MAX_CLASS_NAME = 80  # characters; the longest real one (DIOR "Expressway-Service-area") has 23
@@ -100,7 +113,7 @@ def load_json(path: Path, dataset: str, what: str = "") -> Any:
     """A JSON file the whole source hangs on (annotation array, COCO file, split list): its value, or a one-line
     DatasetRootError (unreadable, not UTF-8, not JSON, nested 100k deep)."""
     try:
-        return parse_json(path.read_text(encoding="utf-8-sig"))
+        return parse_json(read_limited(path, DATASET_FILE_MAX_BYTES, f"{dataset} annotation file").decode("utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
         reason = first_line(err)[:200]
         raise DatasetRootError(f"{dataset}: cannot read {what + ' ' if what else ''}{path}: {reason}") from None
@@ -155,6 +168,16 @@ def find_image(folder: Path, stem: str, suffixes: tuple[str, ...] = IMAGE_SUFFIX
     return None
 
 
+def image_index(images_dir: Path) -> dict[str, Path]:
+    """Image stem -> path, over every file under `images/` at any depth (first in sorted order wins)."""
+    index: dict[str, Path] = {}
+    if images_dir.is_dir():
+        for path in sorted(images_dir.rglob("*")):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                index.setdefault(path.stem, path)
+    return index
+
+
 def checked_image(path: Path | None, report: ReadReport, what: str) -> tuple[Path, int, int] | None:
     """The image's path and size, or None after counting why it cannot be used (`what` names the annotation)."""
     if path is None or not path.is_file():
@@ -171,8 +194,8 @@ def read_xml(path: Path, report: ReadReport) -> ET.Element | None:
     """The parsed file (DTDs, entities and external references forbidden: defusedxml), or None after counting it as
     a malformed file."""
     try:
-        return SafeET.parse(str(path), forbid_dtd=True).getroot()
-    except (ET.ParseError, DefusedXmlException, OSError) as err:
+        return SafeET.fromstring(read_limited(path), forbid_dtd=True)
+    except (ET.ParseError, DefusedXmlException, OSError, GeoPilotInputError) as err:
         report.skip(MALFORMED_FILE, f"{path}: {type(err).__name__}: {err}")
         return None
 

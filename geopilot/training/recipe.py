@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from geopilot.config import add_override_arguments, parse_command_line
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, echo, one_line
 from geopilot.run_dir import changed_settings
 from geopilot.training.config import TrainConfig, load_train_config, result_settings
 
@@ -53,7 +53,15 @@ def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> 
     try:
         return train(load_train_config(args.config, args.overrides), on_step)
     except GeoPilotInputError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
+        print(f"train.py: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    except PermissionError as err:  # a tracking folder or shared cache another user owns: say which, not a traceback
+        where = f" {echo(str(err.filename))}" if err.filename else ""
+        print(
+            f"train.py: error: no permission to use{where} ({err.strerror or err}); choose an output_dir and "
+            "data.cache_dir this user can write",
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -391,7 +399,8 @@ def _check_same_run(state: dict, run: dict, path: Path) -> None:
     if changed:
         details = ", ".join(changed)
         raise CheckpointError(
-            f"{path} belongs to a different run ({details}); use a new output_dir or checkpoint.resume=false"
+            f"{path} belongs to a different run ({details}); use a new output_dir for this run (that one's "
+            "checkpoints stay as they are)"
         )
 
 
