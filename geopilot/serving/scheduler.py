@@ -9,7 +9,8 @@ over every decoding row, left-padded into one cache (rebuilt only when the rows 
 its loop on a thread pool, so tool calls never hold the decode loop; the row keeps its cache while its tools run
 and its answer turn reads only the tool turn (the think turn's KV reused). A cancelled request (client gone, out of
 time) leaves at the next step and its cache is freed. Rows decode with transformers' logits processors (greedy,
-temperature, top-p, repetition penalty) on their own ids.
+temperature, top-p, repetition penalty) on their own ids, and a think turn inside its own plan grammar (its own
+`PlanLogits` matcher), as the static path does.
 
 What one decoding row per step cannot express runs alone between steps through `Batcher`'s paths: a streamed
 answer, a seeded sampling request, client-run tools (grammar-constrained plans, the prefix cache), and every
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geopilot.agent import MIN_TURN_TOKENS
+from geopilot.agent.plan_schema import PlanLogits
 from geopilot.generation import GenerationOptions, Turn
 from geopilot.serving.batcher import Batcher, Job
 
@@ -49,7 +51,8 @@ class Row:
     limit: int = 0  # tokens this turn may generate
     new_input_tokens: int = 0
     turn_started: float = 0.0
-    processors: Any = None
+    processors: Any = None  # the request's sampling processors
+    turn_processors: Any = None  # those and, on a constrained turn, its plan grammar (one matcher per row)
     tools: concurrent.futures.Future | None = None  # the loop reading the last turn (tools run there)
 
 
@@ -166,12 +169,21 @@ class StepScheduler(Batcher):
         pixels = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])["pixel_values"]
         row = Row(job, dialogue, reserved, started, time.perf_counter() - started, pixels, list(prepared.prompt))
         row.processors = _processors(options)
+        plan = dialogue.plan_constraint() if pilot.constrain_plans else None
+        if plan is not None:
+            try:
+                pilot.engine.check_plan_room(plan, options.max_new_tokens)  # the static path's one-line refusal
+            except BaseException as err:  # noqa: BLE001 - the request's own error (400)
+                job.future.set_exception(err)
+                return None
         if not self._begin_turn(row):  # no room for even the first turn: it ends as the static path would
             self._finish(row)
             return None
         return row
 
     def _begin_turn(self, row: Row) -> bool:
+        from transformers import LogitsProcessorList
+
         """Set the turn's length limit; False (the dialogue is ended) when it has no room left."""
         deadline = row.dialogue.deadline
         if deadline is not None and time.monotonic() >= deadline:
@@ -187,6 +199,9 @@ class StepScheduler(Batcher):
             )
             return False
         row.limit = min(row.job.options.max_new_tokens, room)
+        plan = row.dialogue.plan_constraint() if self.pilot.constrain_plans else None
+        grammar = [] if plan is None else [PlanLogits(self.pilot.engine.grammars, [plan], row.limit)]
+        row.turn_processors = LogitsProcessorList([*row.processors, *grammar])  # a fresh matcher every turn
         row.generated, row.turn_started = [], time.perf_counter()
         row.new_input_tokens, row.carried = len(row.feed) - row.carried, 0
         return True
@@ -274,7 +289,7 @@ class StepScheduler(Batcher):
         scores = logits.float()[None]
         if len(row.generated) < row.job.options.min_new_tokens:
             scores[:, tokenizer.eos_token_id] = float("-inf")
-        scores = row.processors(torch.tensor([row.ids], device=scores.device), scores)
+        scores = row.turn_processors(torch.tensor([row.ids], device=scores.device), scores)
         if row.job.options.do_sample:
             token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1))
         else:
