@@ -11,8 +11,8 @@ latency, 503s (explicit back-pressure, allowed) and errors (anything else: must 
 before the first round (after a warm-up) and after the last. The per-round throughput ratio is judged by
 benchmarks/rounds.py (target >= 3x); the last line states it.
 
-`--mixed`: every request draws its answer length from 8..128 tokens (`max_tokens` = `min_tokens`, the same
-seeded draws for every server), and three servers run side by side: unbatched (`--max-batch 1`), the static
+`--mixed`: every request draws its answer length from 8..128 tokens (`min_tokens` = the draw, `max_tokens` =
+the draw but at least PLAN_FLOOR, the shortest room a plan needs; the same seeded draws for every server), and three servers run side by side: unbatched (`--max-batch 1`), the static
 batcher (`--scheduler static`) and the per-step scheduler (`--scheduler step`); the report adds
 `ratio_vs_unbatched` and `ratio_vs_static` (the step server's throughput over theirs, per round; targets 6x and
 1.3x) and each server's time to first token. A non-streamed agent reply is sent whole, so its first token reaches
@@ -47,6 +47,7 @@ KEY = "load-test"
 TARGET = 3.0
 MIXED_TARGETS = {"ratio_vs_unbatched": 6.0, "ratio_vs_static": 1.3}
 MIXED_LENGTHS = (8, 128)
+PLAN_FLOOR = 24  # max_tokens below the shortest plan the tiny model's plan grammar allows (19) is a 400
 RSS_TOLERANCE = 0.10
 
 
@@ -141,7 +142,7 @@ async def load(url: str, clients: int, seconds: float, body: dict, mixed: bool =
                 sent = body
                 if mixed:
                     length = next(lengths)
-                    sent = {**body, "max_tokens": length, "min_tokens": length}
+                    sent = {**body, "max_tokens": max(length, PLAN_FLOOR), "min_tokens": length}
                 start = time.monotonic()
                 try:
                     async with client.stream("POST", "/v1/chat/completions", json=sent) as reply:
