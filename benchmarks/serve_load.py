@@ -225,7 +225,7 @@ def _servers(model: Path, args, logs: Path) -> dict[str, Server]:
 def _mixed_report(rounds: list[dict], rss_before: dict, rss_after: dict, args, model: Path) -> int:
     """The --mixed report: the step server's per-round throughput over the unbatched and the static one's."""
     ratios = {
-        key: Rounds(tuple(r["step"]["req_per_s"] / r[other]["req_per_s"] for r in rounds))
+        key: Rounds(tuple(r["step"]["req_per_s"] / (r[other]["req_per_s"] or float("nan")) for r in rounds))
         for key, other in (("ratio_vs_unbatched", "unbatched"), ("ratio_vs_static", "static"))
     }
     verdicts = {key: str(judge(ratio, MIXED_TARGETS[key], True, args.max_spread)) for key, ratio in ratios.items()}
