@@ -30,6 +30,13 @@ CHAIN_STEPS = {
 }
 
 
+QUICK_NOTICE = (
+    "This model comes from the quick preset (--quick): it trained for a few steps on a few scenes to check that every "
+    "phase runs, so it learned nothing; its plans and answers are noise. Run `geopilot demo` without --quick for a "
+    "model that plans."
+)
+
+
 def preset_line(settings: DemoSettings) -> str:
     """Which preset ran and what its numbers mean: the first words of the report and of the console summary."""
     name = settings.preset_name()
@@ -139,6 +146,54 @@ def chain_lines(chat: dict) -> list[str]:
     ]
 
 
+EXAMPLES_CONFIG_ARG = "configs/tools_examples.yaml"  # as the user types it from the repository root
+
+
+def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict) -> list[str]:
+    """The report's last section: each example image's chat with the example tools, then how to go on from here."""
+    worked = examples.get("examples", [])
+    lines = ["## Worked examples", ""]
+    if settings.preset_name() == "quick":
+        lines += [f"*{QUICK_NOTICE}*", ""]
+    if not worked:
+        return lines + [examples.get("missing", "No example images were found."), ""]
+    lines += [
+        f"The model on each example image (`examples/images/`) with the example tools (`{EXAMPLES_CONFIG_ARG}`): "
+        "every tool answers from the image's annotations (provenance: annotations), so no specialist weights are "
+        f"needed. **{examples['right']} of {len(worked)} answered right** (the expected tool answered and the answer "
+        "says what the question asks, when it is a number).",
+        "",
+    ]
+    for example in worked:
+        calls = ", ".join(
+            f"`{c['tool']}({json.dumps(c['params'])})`" + (f" → error: {c['error']}" if c["error"] else "")
+            for c in example["tool_calls"]
+        )
+        lines += [
+            f"**{example['image']}** — *{example['question']}* — {'✅ right' if example['right'] else '❌ wrong'}",
+            "",
+            f"- plan: `{example['plan']}`",
+            f"- tool call: {calls or 'none'} (expected `{example['expected_tool']}`; provenance: annotations)",
+            f"- answer: {example['answer'] or '(empty)'}",
+            "",
+            f"![{example['image']}: the tool output drawn](examples/{example['picture']})",
+            "",
+        ]
+    first = worked[0]
+    chat = ["geopilot", "chat", "--model", str(layout.model), "--tools-config", EXAMPLES_CONFIG_ARG]
+    serve = ["geopilot", "serve", "--model", str(layout.model), "--tools-config", EXAMPLES_CONFIG_ARG]
+    return lines + [
+        "Continue from here (from the repository root): ask about an example image, or serve the model with the "
+        "example tools and open http://127.0.0.1:8000/ in a browser.",
+        "",
+        "```bash",
+        shlex.join([*chat, "--image", first["image"], first["question"]]),
+        shlex.join(serve),
+        "```",
+        "",
+    ]
+
+
 def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
     layout.plots.mkdir(parents=True, exist_ok=True)
     evaluation = results["evaluate"]
@@ -244,5 +299,6 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         lines += ["## Time", "", "| phase | seconds |", "|---|---|"]
         lines += [f"| {phase} | {value:.0f} |" for phase, value in seconds.items()]
         lines.append("")
+    lines += worked_example_lines(layout, settings, results.get("examples", {}))
     atomic_write(layout.report, "\n".join(lines))
     return layout.report

@@ -16,7 +16,7 @@ from geopilot.config import StrictConfig
 from geopilot.fileio import fingerprint
 from geopilot.model import TinyModelConfig
 
-PHASES = ("data", "stage1", "stage2", "evaluate", "chain_eval", "chats", "report")
+PHASES = ("data", "stage1", "stage2", "evaluate", "chain_eval", "chats", "examples", "report")
 MAX_THREADS = 256  # torch threads; more is a typo (100000 threads exhausted the process)
 
 
@@ -116,6 +116,7 @@ class Layout:
         self.model = self.out / "model"
         self.eval = self.out / "eval"
         self.chats = self.out / "chats"
+        self.examples = self.out / "examples"  # the worked examples' drawn pictures
         self.plots = self.out / "plots"
         self.report = self.out / "report.md"
         self.metrics = self.out / "metrics.json"
