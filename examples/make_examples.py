@@ -69,7 +69,9 @@ def _flat(points) -> list[float]:
 
 
 def _roads_geojson(roads) -> dict:
-    lines = [{"type": "Feature", "properties": {}, "geometry": {"type": "LineString", "coordinates": road}} for road in roads]
+    lines = [
+        {"type": "Feature", "properties": {}, "geometry": {"type": "LineString", "coordinates": road}} for road in roads
+    ]
     return {"type": "FeatureCollection", "features": lines}
 
 
@@ -113,7 +115,9 @@ def main() -> None:
         if modality == "optical" and scene.referring is not None:
             index, phrases = scene.referring
             expression = phrases[0]
-            refs.append({"image_id": image_id, "ann_ids": [first_id + index], "sentences": [{"sent": p} for p in phrases]})
+            refs.append(
+                {"image_id": image_id, "ann_ids": [first_id + index], "sentences": [{"sent": p} for p in phrases]}
+            )
         elif need == "one ship":
             index = [obj.label for obj in scene.objects].index("ship")
             expression = "the ship"

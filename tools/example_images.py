@@ -194,7 +194,9 @@ class ExampleSet:
                     build(entry)
                 except (KeyError, TypeError, ValueError) as err:
                     problem = f"missing key {err}" if isinstance(err, KeyError) else str(err)
-                    raise ExampleAnnotationsError(f"{path}:{lines[section][index]}: {section} entry: {problem}") from None
+                    raise ExampleAnnotationsError(
+                        f"{path}:{lines[section][index]}: {section} entry: {problem}"
+                    ) from None
 
         labels: dict = {}
         checked("categories", lambda c: labels.__setitem__(c["id"], _name(c["name"])))

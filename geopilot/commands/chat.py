@@ -35,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds the model may chain (default 1)")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=None, help=f"per generated turn (default {MAX_NEW_TOKENS}; a demo model's own)"
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"per generated turn (default {MAX_NEW_TOKENS}; a demo model's own)",
     )
     parser.add_argument(
         "--tool-timeout", type=float, default=None, help="seconds per tool call (default: the registry's)"
@@ -56,7 +59,11 @@ def _summary(call) -> str:
         return f"[red]✗ {call.error_kind}[/]: {escape(str(call.error))}"
     text = dumps(llm_view(call.output))
     text = escape(text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 3] + "...")
-    return "[green]✓[/] " + text + (" [dim](provenance: annotations)[/]" if call.output.provenance == "annotations" else "")
+    return (
+        "[green]✓[/] "
+        + text
+        + (" [dim](provenance: annotations)[/]" if call.output.provenance == "annotations" else "")
+    )
 
 
 def _print_human(result, console) -> None:

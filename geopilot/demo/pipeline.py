@@ -538,7 +538,9 @@ def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     worked = []
     for index, example in enumerate(questions):
         image_path = folder / example["image"]
-        result = pilot.chat(str(image_path), example["question"], generation={"max_new_tokens": settings.max_new_tokens})
+        result = pilot.chat(
+            str(image_path), example["question"], generation={"max_new_tokens": settings.max_new_tokens}
+        )
         outputs = [call.output for call in result.tool_calls if call.output is not None]
         picture = layout.examples / example["image"]
         draw_outputs(load_image(image_path).image, outputs).save(picture)
