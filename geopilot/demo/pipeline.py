@@ -567,7 +567,7 @@ def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> 
             }
         )
         progress(index + 1, len(questions))
-    return {"examples": worked, "right": sum(w["right"] for w in worked)}
+    return {"examples": worked, "right": sum(w["right"] for w in worked), "tools_config": _shown_path(EXAMPLES_CONFIG)}
 
 
 def _shown_path(path: Path) -> str:

@@ -146,9 +146,6 @@ def chain_lines(chat: dict) -> list[str]:
     ]
 
 
-EXAMPLES_CONFIG_ARG = "configs/tools_examples.yaml"  # as the user types it from the repository root
-
-
 def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict) -> list[str]:
     """The report's last section: each example image's chat with the example tools, then how to go on from here."""
     worked = examples.get("examples", [])
@@ -157,8 +154,9 @@ def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict)
         lines += [f"*{QUICK_NOTICE}*", ""]
     if not worked:
         return lines + [examples.get("missing", "No example images were found."), ""]
+    tools_config = examples["tools_config"]  # as the user types it from the folder the demo ran in
     lines += [
-        f"The model on each example image (`examples/images/`) with the example tools (`{EXAMPLES_CONFIG_ARG}`): "
+        f"The model on each example image (`examples/images/`) with the example tools (`{tools_config}`): "
         "every tool answers from the image's annotations (provenance: annotations), so no specialist weights are "
         f"needed. **{examples['right']} of {len(worked)} answered right** (the expected tool answered and the answer "
         "says what the question asks, when it is a number).",
@@ -180,11 +178,11 @@ def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict)
             "",
         ]
     first = worked[0]
-    chat = ["geopilot", "chat", "--model", str(layout.model), "--tools-config", EXAMPLES_CONFIG_ARG]
-    serve = ["geopilot", "serve", "--model", str(layout.model), "--tools-config", EXAMPLES_CONFIG_ARG]
+    chat = ["geopilot", "chat", "--model", str(layout.model), "--tools-config", tools_config]
+    serve = ["geopilot", "serve", "--model", str(layout.model), "--tools-config", tools_config]
     return lines + [
-        "Continue from here (from the repository root): ask about an example image, or serve the model with the "
-        "example tools and open http://127.0.0.1:8000/ in a browser.",
+        "Continue from here (from the folder you ran the demo in): ask about an example image, or serve the model "
+        "with the example tools and open http://127.0.0.1:8000/ in a browser.",
         "",
         "```bash",
         shlex.join([*chat, "--image", first["image"], first["question"]]),
