@@ -164,14 +164,15 @@ def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict)
     ]
     for example in worked:
         calls = ", ".join(
-            f"`{c['tool']}({json.dumps(c['params'])})`" + (f" → error: {c['error']}" if c["error"] else "")
+            f"`{c['tool']}({json.dumps(c['params'])})`"
+            + (f" → error: {c['error']}" if c["error"] else f" (provenance: {c['provenance']})")
             for c in example["tool_calls"]
         )
         lines += [
             f"**{example['image']}** — *{example['question']}* — {'✅ right' if example['right'] else '❌ wrong'}",
             "",
             f"- plan: `{example['plan']}`",
-            f"- tool call: {calls or 'none'} (expected `{example['expected_tool']}`; provenance: annotations)",
+            f"- tool call: {calls or 'none'} (expected `{example['expected_tool']}`)",
             f"- answer: {example['answer'] or '(empty)'}",
             "",
             f"![{example['image']}: the tool output drawn](examples/{example['picture']})",

@@ -45,11 +45,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--config", required=True, help="training YAML (configs/stage1.yaml, configs/tiny/stage1.yaml, ...)"
     )
     add_override_arguments(parser, "optim.max_steps=10 data.alpha=0.5")
+    parser.add_argument("--verbose", action="store_true", help="keep the libraries' progress bars and routine lines")
     return parse_command_line(parser, argv)
 
 
 def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> int:
+    from geopilot.quiet import quiet_libraries
+
     args = parse_args(argv)
+    quiet_libraries(args.verbose)
     try:
         return train(load_train_config(args.config, args.overrides), on_step)
     except GeoPilotInputError as err:
