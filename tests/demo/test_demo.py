@@ -211,8 +211,10 @@ def test_the_chain_subset_covers_every_kind_with_the_suites_own_images(tmp_path)
     }
     assert all(Path(c.image).is_absolute() and Path(c.image).is_file() for c in quick.cases)
     assert all(c.max_rounds == len(c.expected_tools) for c in quick.cases)  # each case keeps its own max_rounds
-    whole = load_cases(pipeline.chain_subset(layout, DemoSettings()))
-    assert [c.id for c in whole.cases] == [c.id for c in load_cases(CHAINS_FILE).cases]  # the default: all 124
+    whole = load_cases(pipeline.chain_subset(layout, DemoSettings(chain_cases=124)))
+    assert [c.id for c in whole.cases] == [c.id for c in load_cases(CHAINS_FILE).cases]  # 124: all of them
+    half = load_cases(pipeline.chain_subset(layout, DemoSettings()))  # the default: half, every kind
+    assert len(half.cases) == 62 and {c.category for c in half.cases} == {c.category for c in whole.cases}
 
 
 @pytest.mark.slow
