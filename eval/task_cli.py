@@ -3,7 +3,7 @@
 `task_command(task)` makes the command of a benchmark task (`geopilot.eval.tasks.TASKS`); `CAPTIONS` and
 `TOOLS_E2E` are the two others. `eval/cli.py`'s table lists them all.
 
-    geopilot eval rsvqa-lr --model runs/s2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
+    geopilot eval rsvqa-lr --model runs/stage2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
     geopilot eval captions --pred preds.jsonl --ref refs.jsonl --json
     geopilot eval tools-e2e --model DIR --segmentation data/OpenEarthMap --referring data/GeoChat-Bench --out DIR
 """
