@@ -146,6 +146,36 @@ def chain_lines(chat: dict) -> list[str]:
     ]
 
 
+def plot_worked_examples(layout: Layout, worked: list[dict], path: Path) -> None:
+    """One panel per worked example: the drawn tool output, the question, the call, the answer, right or wrong."""
+    import textwrap
+
+    from PIL import Image
+
+    columns = 5
+    rows = -(-len(worked) // columns)
+    plt, fig, _ = _figure(3.0 * columns, 4.1 * rows)
+    fig.clf()
+    for index, example in enumerate(worked):
+        ax = fig.add_subplot(rows, columns, index + 1)
+        with Image.open(layout.examples / example["picture"]) as picture:
+            ax.imshow(picture.convert("RGB"))
+        ax.set_xticks([])
+        ax.set_yticks([])
+        call = example["tool_calls"][0]["tool"] if example["tool_calls"] else "no tool call"
+        answer = example["answer"] or "(empty)"
+        text = [
+            *textwrap.wrap(example["question"], 34)[:2],
+            f"→ {call}",
+            *textwrap.wrap(answer if len(answer) <= 70 else answer[:67] + "...", 34)[:2],
+        ]
+        ax.set_title(Path(example["image"]).name, fontsize=9, color=BLUE if example["right"] else RUST)
+        ax.set_xlabel("\n".join(text) + ("\nright" if example["right"] else "\nwrong"), fontsize=7.5, loc="left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict) -> list[str]:
     """The report's last section: each example image's chat with the example tools, then how to go on from here."""
     worked = examples.get("examples", [])
@@ -154,12 +184,15 @@ def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict)
         lines += [f"*{QUICK_NOTICE}*", ""]
     if not worked:
         return lines + [examples.get("missing", "No example images were found."), ""]
+    plot_worked_examples(layout, worked, layout.plots / "worked_examples.png")
     tools_config = examples["tools_config"]  # as the user types it from the folder the demo ran in
     lines += [
         f"The model on each example image (`examples/images/`) with the example tools (`{tools_config}`): "
         "every tool answers from the image's annotations (provenance: annotations), so no specialist weights are "
         f"needed. **{examples['right']} of {len(worked)} answered right** (the expected tool answered and the answer "
         "says what the question asks, when it is a number).",
+        "",
+        "![every worked example: the tool output drawn, the question, the call and the answer](plots/worked_examples.png)",
         "",
     ]
     for example in worked:

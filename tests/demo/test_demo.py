@@ -341,6 +341,9 @@ def test_the_worked_examples_section_ends_the_report_with_chat_and_serve(tmp_pat
         "picture": "airport.png",
     }
     results = {"examples": [example], "right": 1, "tools_config": "configs/tools_examples.yaml"}
+    layout.examples.mkdir(parents=True)
+    layout.plots.mkdir(parents=True)
+    shutil.copy(REPO / example["image"], layout.examples / example["picture"])
     quick = worked_example_lines(layout, DemoSettings.preset(quick=True), results)
     assert quick[0] == "## Worked examples" and QUICK_NOTICE in "\n".join(quick)
     assert "1 of 1 answered right" in "\n".join(quick) and "(provenance: annotations)" in "\n".join(quick)
@@ -366,6 +369,8 @@ def test_the_worked_examples_section_ends_the_report_with_chat_and_serve(tmp_pat
     ]
     default = worked_example_lines(layout, DemoSettings.preset(quick=False), results)
     assert QUICK_NOTICE not in "\n".join(default)
+    assert "](plots/worked_examples.png)" in "\n".join(default)
+    assert (layout.plots / "worked_examples.png").stat().st_size > 10_000
 
 
 def test_an_example_is_right_when_its_tool_answered_and_the_answer_says_the_number():
