@@ -1,6 +1,7 @@
 """Write examples/images/: ten synthetic scenes (8 optical, 2 SAR) with their annotations, one per task-level tool.
 
     python examples/make_examples.py            # rewrites examples/images/ (deterministic: the same bytes each run)
+    python examples/make_examples.py --figure docs/images/worked_examples.png   # + each reference call drawn
 
 The scenes come from `geopilot synth`'s generator (geopilot.data_gen.synth_scenes); each is the first seed whose
 scene holds what its question needs. examples/images/README.md describes the files and their format.
@@ -21,19 +22,43 @@ OUT = Path(__file__).resolve().parent / "images"
 LAND_COVER = {1: "bareland", 2: "rangeland", 3: "developed space", 4: "road", 5: "tree", 6: "water"}
 LAND_COVER |= {7: "agriculture land", 8: "building"}  # OpenEarthMap's codes, as synth paints them
 
-# (file stem, modality, tool, question, what the scene must hold, what the answer must say: a format string over
-# the scene's facts)
+# (file stem, modality, the reference call's tool and params, question, what the scene must hold, what the answer
+# must say: format strings over the scene's facts)
 EXAMPLES = [
-    ("airport", "optical", "detect_objects", "How many planes are there in this image?", "plane", "{count}"),
-    ("harbour", "optical", "segment_instances", "Segment every ship in this image.", "ship", "{count}"),
-    ("parking", "optical", "detect_all", "Detect all objects in this image.", "small-vehicle", "{objects}"),
-    ("landmark", "optical", "ground", "Where is {expression}?", "referring", ""),
-    ("outline", "optical", "segment_referring", "Segment {expression}.", "referring", ""),
-    ("town", "optical", "segment_semantic", "How much of this image is water?", "water", ""),
-    ("roads", "optical", "extract_roads", "Extract the road network in this image.", "roads", ""),
-    ("cloudy", "optical", "remove_clouds", "Remove the clouds from this image.", "clouds", ""),
-    ("sar_ship", "sar", "sar_detect_all", "Detect all targets in this SAR image.", "ship", "{objects}"),
-    ("sar_port", "sar", "sar_ground", "Where is {expression}?", "one ship", ""),
+    (
+        "airport",
+        "optical",
+        "detect_objects",
+        {"categories": ["airplane"]},
+        "How many planes are there in this image?",
+        "plane",
+        "{count}",
+    ),
+    (
+        "harbour",
+        "optical",
+        "segment_instances",
+        {"categories": ["ship"]},
+        "Segment every ship in this image.",
+        "ship",
+        "{count}",
+    ),
+    ("parking", "optical", "detect_all", {}, "Detect all objects in this image.", "small-vehicle", "{objects}"),
+    ("landmark", "optical", "ground", {"expression": "{expression}"}, "Where is {expression}?", "referring", ""),
+    (
+        "outline",
+        "optical",
+        "segment_referring",
+        {"expression": "{expression}"},
+        "Segment {expression}.",
+        "referring",
+        "",
+    ),
+    ("town", "optical", "segment_semantic", {"classes": ["water"]}, "How much of this image is water?", "water", ""),
+    ("roads", "optical", "extract_roads", {}, "Extract the road network in this image.", "roads", ""),
+    ("cloudy", "optical", "remove_clouds", {}, "Remove the clouds from this image.", "clouds", ""),
+    ("sar_ship", "sar", "sar_detect_all", {}, "Detect all targets in this SAR image.", "ship", "{objects}"),
+    ("sar_port", "sar", "sar_ground", {"expression": "{expression}"}, "Where is {expression}?", "one ship", ""),
 ]
 
 
@@ -81,7 +106,7 @@ def main() -> None:
     (OUT / "roads").mkdir(exist_ok=True)
     categories: dict[str, int] = {}
     images, annotations, refs, questions, used = [], [], [], [], set()
-    for image_id, (stem, modality, tool, question, need, answer) in enumerate(EXAMPLES, start=1):
+    for image_id, (stem, modality, tool, params, question, need, answer) in enumerate(EXAMPLES, start=1):
         scene = _scene(modality, need, used)
         entry = {"id": image_id, "file_name": f"{stem}.png", "width": SIZE, "height": SIZE, "modality": modality}
         if modality == "optical":
@@ -124,8 +149,10 @@ def main() -> None:
             refs.append({"image_id": image_id, "ann_ids": [first_id + index], "sentences": [{"sent": expression}]})
         labels = [canonical_class(obj.label) for obj in scene.objects]
         facts = {"count": labels.count(canonical_class(need)), "objects": len(labels)}
+        reference = {k: v.format(expression=expression) if isinstance(v, str) else v for k, v in params.items()}
         questions.append(
             {"image": f"{stem}.png", "question": question.format(expression=expression), "tool": tool}
+            | {"params": reference}
             | ({"answer_contains": answer.format(**facts)} if answer else {})
         )
     coco = {
@@ -142,5 +169,40 @@ def main() -> None:
     (OUT / "questions.json").write_text("[\n" + ",\n".join("  " + json.dumps(q) for q in questions) + "\n]\n")
 
 
+def reference_figure(path: Path) -> None:
+    """Each example's reference call through the example tools, drawn as the demo's worked-examples figure is."""
+    import tempfile
+
+    from geopilot.demo.report import plot_worked_examples
+    from geopilot.demo.settings import Layout
+    from geopilot.image import load_image
+    from geopilot.sample import Action
+    from geopilot.tool_output import llm_view
+    from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry
+    from geopilot.visualize import chain_panels
+
+    registry = build_registry(
+        EXAMPLES_CONFIG, [f"tools.{t[2]}.options.annotations={OUT / 'annotations.json'}" for t in EXAMPLES]
+    )
+    layout = Layout(tempfile.mkdtemp())
+    layout.examples.mkdir()
+    worked = []
+    for example in json.loads((OUT / "questions.json").read_text()):
+        image = load_image(OUT / example["image"])
+        result = registry.call(Action(tool=example["tool"], params=example["params"]), image)
+        chain_panels(image.image, [result])[-1][1].save(layout.examples / example["image"])
+        call = {"tool": example["tool"], "params": example["params"], "error": result.error}
+        summary = json.dumps(llm_view(result.output))
+        worked.append(
+            example
+            | {"tool_calls": [call], "answer": summary, "picture": example["image"], "verdict": "the reference call"}
+        )
+    plot_worked_examples(layout, worked, path)
+
+
 if __name__ == "__main__":
+    import sys
+
     main()
+    if sys.argv[1:2] == ["--figure"]:
+        reference_figure(Path(sys.argv[2]))

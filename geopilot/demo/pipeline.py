@@ -523,7 +523,7 @@ def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     from geopilot.tools.adapters import ExampleAnnotationsOptions
     from geopilot.tools.example_images import QUESTIONS, annotations_file
     from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry, load_tools_config
-    from geopilot.visualize import draw_outputs
+    from geopilot.visualize import chain_panels
 
     torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
@@ -541,9 +541,9 @@ def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> 
         result = pilot.chat(
             str(image_path), example["question"], generation={"max_new_tokens": settings.max_new_tokens}
         )
-        outputs = [call.output for call in result.tool_calls if call.output is not None]
         picture = layout.examples / example["image"]
-        draw_outputs(load_image(image_path).image, outputs).save(picture)
+        # the last call's result: its output drawn on the image it read, or the restored image itself
+        chain_panels(load_image(image_path).image, result.tool_calls)[-1][1].save(picture)
         calls = [
             {
                 "tool": c.tool,

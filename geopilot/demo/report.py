@@ -169,8 +169,9 @@ def plot_worked_examples(layout: Layout, worked: list[dict], path: Path) -> None
             f"→ {call}",
             *textwrap.wrap(answer if len(answer) <= 70 else answer[:67] + "...", 34)[:2],
         ]
-        ax.set_title(Path(example["image"]).name, fontsize=9, color=BLUE if example["right"] else RUST)
-        ax.set_xlabel("\n".join(text) + ("\nright" if example["right"] else "\nwrong"), fontsize=7.5, loc="left")
+        ax.set_title(Path(example["image"]).name, fontsize=9, color=BLUE if example.get("right", True) else RUST)
+        verdict = example.get("verdict") or ("right" if example["right"] else "wrong")  # the README's: reference
+        ax.set_xlabel("\n".join([*text, verdict]), fontsize=7.5, loc="left")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
