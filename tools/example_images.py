@@ -132,7 +132,7 @@ def _road_graph(path: Path, width: int, height: int) -> RoadGraphAnnotation:
     return RoadGraphAnnotation(nodes=tuple(nodes), edges=tuple(edges))
 
 
-def _record(image: dict, root: Path, labels: dict, land_cover: dict[int, str]) -> AnnotationRecord:
+def _record(image: dict, root: Path, land_cover: dict[int, str]) -> AnnotationRecord:
     width, height = image["width"], image["height"]
     if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
         raise ValueError("width and height must be positive integers")
@@ -202,15 +202,18 @@ class ExampleSet:
         checked("categories", lambda c: labels.__setitem__(c["id"], _name(c["name"])))
         land_cover = {int(k): _name(v) for k, v in data.get("land_cover_classes", {}).items()}
         records: dict = {}
-        checked("images", lambda i: records.__setitem__(i["id"], _record(i, root, labels, land_cover)))
-        checked("annotations", lambda a: _image(records, a).objects.append(_object(a, _image(records, a), labels)))
-        checked("refs", lambda r: _image(records, r).referring.append(_referring(r, _image(records, r))))
-        example_set = cls(path, list(records.values()), {})
-        for record in example_set.records:
+        by_pixels: dict[str, AnnotationRecord] = {}
+
+        def add_image(entry: dict) -> None:
+            record = records[entry["id"]] = _record(entry, root, land_cover)
             for picture in (record.image, record.cloud_free_image):
                 if picture is not None:
-                    example_set.by_pixels[pixel_digest(_load(picture))] = record
-        return example_set
+                    by_pixels[pixel_digest(_load(picture))] = record
+
+        checked("images", add_image)
+        checked("annotations", lambda a: _image(records, a).objects.append(_object(a, _image(records, a), labels)))
+        checked("refs", lambda r: _image(records, r).referring.append(_referring(r, _image(records, r))))
+        return cls(path, list(records.values()), by_pixels)
 
     def record_for(self, image: LoadedImage) -> AnnotationRecord:
         record = self.by_pixels.get(pixel_digest(image))
@@ -245,8 +248,8 @@ def _referring(ref: dict, record: AnnotationRecord) -> ReferringExpression:
 def _load(picture: str) -> LoadedImage:
     try:
         return load_image(picture)
-    except GeoPilotInputError as err:
-        raise ExampleAnnotationsError(f"example image {picture}: {err}") from None
+    except GeoPilotInputError as err:  # named with the line of its `images` entry
+        raise ValueError(f"image {picture}: {err}") from None
 
 
 def pixel_digest(image: LoadedImage) -> str:

@@ -100,14 +100,15 @@ def test_tools_run_says_provenance(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("edit", "line", "message"),
+    ("edit", "message"),
     [
-        (lambda text: text.replace('"bbox": [', '"bbox": [[', 1), None, "not valid JSON"),
-        (lambda text: text.replace('"category_id": 1,', '"category_id": 999,', 1), None, "category_id 999"),
-        (lambda text: text.replace('"file_name": "harbour.png", ', "", 1), None, "missing key 'file_name'"),
+        (lambda text: text.replace('"bbox": [', '"bbox": [[', 1), "not valid JSON"),
+        (lambda text: text.replace('"category_id": 1,', '"category_id": 999,', 1), "category_id 999"),
+        (lambda text: text.replace('"file_name": "harbour.png", ', "", 1), "missing key 'file_name'"),
+        (lambda text: text.replace('"file_name": "harbour.png"', '"file_name": "gone.png"', 1), "gone.png"),
     ],
 )
-def test_a_broken_annotation_file_is_one_line_naming_file_and_line(tmp_path, edit, line, message):
+def test_a_broken_annotation_file_is_one_line_naming_file_and_line(tmp_path, edit, message):
     folder = tmp_path / "images"
     shutil.copytree(IMAGES, folder)
     path = folder / "annotations.json"
