@@ -120,3 +120,21 @@ def test_a_broken_annotation_file_is_one_line_naming_file_and_line(tmp_path, edi
         ExampleSet.read(path)
     assert str(caught.value).startswith(f"{path}:{changed}: ") and message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_chat_on_a_user_image_gets_the_error_per_call_and_still_answers(tiny, registry):
+    """The loop hands the model the one-line error for each call and goes on to the answer turn."""
+    import numpy as np
+    from helpers.scripted import Scripts, answer, plan
+
+    from geopilot.agent import GeoPilot
+
+    model, processor = tiny
+    script = Scripts(processor.tokenizer, [plan("detect_all", "extract_roads"), answer("No annotations here.")])
+    pilot = GeoPilot(model, processor, registry, session_factory=script)
+    user_image = np.random.default_rng(1).integers(0, 255, (48, 48, 3), dtype=np.uint8)
+    result = pilot.chat(user_image, "What is there?")
+    assert [call.tool for call in result.tool_calls] == ["detect_all", "extract_roads"]
+    assert all(NO_ANNOTATIONS in call.error and "\n" not in call.error for call in result.tool_calls)
+    assert result.answer == "No annotations here."
+    assert script.fed[0][0].count(NO_ANNOTATIONS) == 2  # each call's error went back to the model
