@@ -1,5 +1,6 @@
 """DIR/report.md and its plots: loss curves per stage, per-tool TSA, OPA by difficulty, chain accuracy and its
-breakdowns, the two sample chats and one chain drawn input -> intermediate result -> final result."""
+breakdowns, the two sample chats and one chain drawn input -> intermediate result -> final result, and last the
+worked examples (the example images with the example tools) with the lines that continue from them."""
 
 from __future__ import annotations
 
