@@ -80,9 +80,12 @@ def check_sources(config: GenerateConfig, readers: dict | None = None) -> dict:
                 "ok": True,
                 "error": None,
                 "layout": read.report.layout or _layout_hint(LAYOUTS.get(source.reader, ())),
+                "detected": read.report.detected or None,
                 **_contents(read),
                 "skipped": dict(read.report.skipped),
                 "skip_examples": {cause: examples[:3] for cause, examples in read.report.examples.items()},
+                "repaired": dict(read.report.repaired),
+                "repair_examples": {fix: read.report.examples[fix][:3] for fix in read.report.repaired},
                 "skip_rate": round(read.skip_rate, 4),
                 "max_skip_fraction": limit,
                 "samples": {a: samples[a] for a in config.abilities if samples[a]},
@@ -111,13 +114,19 @@ def render_check(check: dict) -> str:
             for key in ("objects", "referring_expressions", "questions", "graphs", "pairs", "semantic_masks")
             if s[key]
         )
+        lines += [head, f"     layout: {s['layout']}"] + ([f"     detected: {s['detected']}"] if s["detected"] else [])
         lines += [
-            head,
-            f"     layout: {s['layout']}",
             f"     {s['records']:,} records{', ' + counts if counts else ''}; images {size['min'][0]}x{size['min'][1]}"
             f" .. {size['max'][0]}x{size['max'][1]} px",
             f"     skipped ({100 * s['skip_rate']:.1f}%, limit {100 * s['max_skip_fraction']:.0f}%): "
-            + skips_line_from(s),
+            + _counts_line(s["skipped"], s["skip_examples"]),
+            *_by_cause(s["skipped"], s["skip_examples"]),
+            *(
+                ["     repaired and kept: " + _counts_line(s["repaired"], s["repair_examples"])]
+                if s["repaired"]
+                else []
+            ),
+            *_by_cause(s["repaired"], s["repair_examples"]),
             "     class names outside the vocabulary: "
             + (", ".join(f"{n!r} {c:,}" for n, c in s["unknown_class_names"].items()) or "none"),
             "     samples: " + (", ".join(f"{a} {n:,}" for a, n in s["samples"].items()) or "none"),
@@ -130,8 +139,16 @@ def render_check(check: dict) -> str:
     return "\n".join(lines)
 
 
-def skips_line_from(entry: dict) -> str:
-    return skips_line(ReadReport(skipped=entry["skipped"], examples=entry["skip_examples"]))
+def _by_cause(counts: dict[str, int], examples: dict[str, list[str]]) -> list[str]:
+    """With two causes or more, one line per cause with its first example (the summary line shows one only)."""
+    if len(counts) < 2:
+        return []
+    return [f"       {cause} {n:,}: e.g. {(examples.get(cause) or ['-'])[0][:160]}" for cause, n in counts.items()]
+
+
+def _counts_line(counts: dict[str, int], examples: dict[str, list[str]]) -> str:
+    """`bad_polygon 2, empty_file 1`, with the first example when there is one cause (several: `_by_cause` lines)."""
+    return skips_line(ReadReport(skipped=counts, examples=examples if len(counts) == 1 else {}))
 
 
 def first_failure(check: dict) -> str | None:

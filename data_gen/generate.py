@@ -153,7 +153,7 @@ class Job:
 @dataclass
 class Plan:
     jobs: list[Job]
-    read_reports: dict[str, dict]  # source name -> {"records": n, "skipped": {cause: n}}
+    read_reports: dict[str, dict]  # source name -> {"records": n, "skipped": {cause: n}, "repaired": {fix: n}}
     skips: Counter = field(default_factory=Counter)  # generator-side skips by cause
 
 
@@ -195,6 +195,7 @@ def plan_jobs(config: GenerateConfig, readers: dict | None = None, reads: list[S
         plan.read_reports[source_key(read, plan.read_reports)] = {
             "records": report.records,
             "skipped": dict(report.skipped),
+            "repaired": dict(report.repaired),
         }
         plan_source(plan, config, source, read, seen)
     if config.chains.share:

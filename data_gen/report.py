@@ -156,6 +156,7 @@ def build_report(
         "cache_hits": sum(e["meta"].get("cache_hits", 0) for e in done),
         "reader_records": {name: r["records"] for name, r in facts["read_reports"].items()},
         "reader_skips_by_cause": reader_skips,
+        "reader_repairs": {name: r.get("repaired", {}) for name, r in facts["read_reports"].items()},
         "generator_skips_by_cause": facts["generator_skips"],
         "unknown_class_names": facts["unknown_class_names"],
         "journal_torn_lines_repaired": torn_lines,
@@ -232,6 +233,8 @@ def render_markdown(report: dict) -> str:
     ]
     for name, skips in report["reader_skips_by_cause"].items():
         lines.append(_counts_line(f"Reader `{name}` ({report['reader_records'][name]:,} records) skipped", skips))
+        if report.get("reader_repairs", {}).get(name):
+            lines.append(_counts_line(f"Reader `{name}` repaired and kept", report["reader_repairs"][name]))
     lines.append(_counts_line("Generator skipped", report["generator_skips_by_cause"]))
     unknown = report["unknown_class_names"]
     lines.append(

@@ -7,7 +7,7 @@ summary written once); the other commands are modules with `add_arguments(parser
 from __future__ import annotations
 
 from geopilot.cli import Command
-from geopilot.eval.task_cli import CAPTIONS, TOOLS_E2E, task_command
+from geopilot.eval.task_cli import CAPTIONS, REFERRING_ANSWERS, TOOLS_E2E, task_command
 from geopilot.eval.tasks import TASKS
 
 COMMANDS: dict[str, tuple[str, str] | Command] = {
@@ -24,5 +24,6 @@ COMMANDS: dict[str, tuple[str, str] | Command] = {
     "leaderboard": ("geopilot.eval.leaderboard_cli", "compare run folders: Tables 5-7 + paired bootstrap CIs"),
     **{name: task_command(task) for name, task in TASKS.items()},
     "captions": CAPTIONS,
+    "referring-answers": REFERRING_ANSWERS,
     "tools-e2e": TOOLS_E2E,
 }

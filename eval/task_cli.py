@@ -1,10 +1,12 @@
-"""`geopilot eval <task>` for the benchmark tasks, `geopilot eval captions` and `geopilot eval tools-e2e`.
+"""`geopilot eval <task>` for the benchmark tasks, `geopilot eval captions`, `geopilot eval referring-answers` and
+`geopilot eval tools-e2e`.
 
-`task_command(task)` makes the command of a benchmark task (`geopilot.eval.tasks.TASKS`); `CAPTIONS` and
-`TOOLS_E2E` are the two others. `eval/cli.py`'s table lists them all.
+`task_command(task)` makes the command of a benchmark task (`geopilot.eval.tasks.TASKS`); `CAPTIONS`,
+`REFERRING_ANSWERS` and `TOOLS_E2E` are the others. `eval/cli.py`'s table lists them all.
 
     geopilot eval rsvqa-lr --model runs/stage2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
     geopilot eval captions --pred preds.jsonl --ref refs.jsonl --json
+    geopilot eval referring-answers --pred geochat_referring_answers.jsonl --json
     geopilot eval tools-e2e --model DIR --segmentation data/OpenEarthMap --referring data/GeoChat-Bench --out DIR
 """
 
@@ -135,6 +137,49 @@ def _captions_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _referring_answers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pred",
+        required=True,
+        help="answers JSONL as GeoChat's batch_geochat_grounding.py writes it: a referring.jsonl row plus 'answer'",
+    )
+    parser.add_argument("--json", action="store_true", help="print the metrics (both protocols) as JSON fractions")
+
+
+def _referring_answers_run(args: argparse.Namespace) -> int:
+    """Score another model's GeoChat-format answers without a model: Acc@0.5 under both protocols."""
+    from geopilot.eval.loaders.common import BenchmarkError
+    from geopilot.eval.loaders.referring import load_referring
+    from geopilot.eval.tasks import score_referring
+
+    path = Path(args.pred)
+    if not path.is_file():
+        raise GeoPilotInputError(f"--pred file {path} not found")
+    records: dict[str, dict] = {}
+    seen: set[str] = set()
+    for number, row in iter_jsonl(path):  # a line that is not a JSON object (or not UTF-8): one line, exit 2
+        key = str(row.get("question_id"))
+        if key in seen:
+            raise GeoPilotInputError(f"--pred line {number}: duplicate question_id {key!r}")
+        seen.add(key)
+        if isinstance(row.get("answer"), str):
+            records[key] = {"answer": row["answer"]}  # a row without an answer scores as a missing prediction
+    try:
+        loaded = load_referring(path, check_images=False)
+    except BenchmarkError as err:
+        raise GeoPilotInputError(str(err)) from err
+    metrics = score_referring(loaded, records) | {"skipped": dict(loaded.report.skipped)}
+    if args.json:
+        print(json.dumps(metrics, sort_keys=True))
+        return 0
+    runs = {metrics["protocol"]: metrics, **metrics["alternatives"]}
+    for protocol, result in runs.items():
+        splits = {**result["by_size"], **result["by_count"], **{f"[{k}]": v for k, v in result["by_type"].items()}}
+        cells = ", ".join(f"{k} {100 * v:.1f}" for k, v in splits.items())
+        print(f"{protocol:15} Acc@0.5 {100 * result['Acc@0.5']:.1f} ({cells})")
+    return 0
+
+
 def _e2e_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segmentation", help="OpenEarthMap root (semantic segmentation, mIoU)")
     parser.add_argument("--referring", help="GeoChat-Bench referring.jsonl or its folder (Acc@0.5)")
@@ -159,4 +204,9 @@ def _e2e_run(args: argparse.Namespace) -> int:
 
 
 CAPTIONS = Command("caption metrics of --pred/--ref JSONL files (no model)", _captions_arguments, _captions_run)
+REFERRING_ANSWERS = Command(
+    "Acc@0.5 of GeoChat-format referring answers (no model), both protocols",
+    _referring_answers_arguments,
+    _referring_answers_run,
+)
 TOOLS_E2E = Command("end-to-end tool tasks: GeoPilot vs the standalone tool", _e2e_arguments, _e2e_run)

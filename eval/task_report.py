@@ -30,7 +30,7 @@ def bar_plot(path: Path, title: str, labels: list[str], values: list[float], yla
     plt.close(fig)
 
 
-def _rows(metrics: dict) -> tuple[list[str], list[tuple[str, str, str]], list[str], list[float]]:
+def _rows(metrics: dict) -> tuple[list[str], list[tuple[str, ...]], list[str], list[float]]:
     """(header, rows, plot labels, plot values) for any task's metrics."""
     if "per_type" in metrics:  # VQA
         rows = [(t, str(metrics["counts"][t]), pct(a)) for t, a in metrics["per_type"].items()]
@@ -39,17 +39,26 @@ def _rows(metrics: dict) -> tuple[list[str], list[tuple[str, str, str]], list[st
         rows.append((f"**Average, mean of types** ({averaged})", "", pct(metrics["mean_of_types"])))
         labels = list(metrics["per_type"])
         return ["question type", "n", "accuracy (%)"], rows, labels, [metrics["per_type"][t] for t in labels]
-    if "Acc@0.5" in metrics:  # referring
+    if "Acc@0.5" in metrics:  # referring: the default protocol, then the others on the same predictions
+        runs = [metrics, *metrics.get("alternatives", {}).values()]
         groups = {**metrics["by_size"], **metrics["by_count"]}
+        counts = metrics["counts"]
         rows = [
-            (k.capitalize(), str(metrics["counts"].get(f"size:{k}", metrics["counts"].get(k, ""))), pct(v))
-            for k, v in groups.items()
+            (
+                k.capitalize(),
+                str(counts.get(f"size:{k}", counts.get(k, ""))),
+                *(pct(r["by_size"].get(k, r["by_count"].get(k, 0.0))) for r in runs),
+            )
+            for k in groups
         ]
         rows += [
-            (f"type {k}", str(metrics["counts"].get(f"type:{k}", "")), pct(v)) for k, v in metrics["by_type"].items()
+            (f"type {k}", str(counts.get(f"type:{k}", "")), *(pct(r["by_type"][k]) for r in runs))
+            for k in metrics["by_type"]
         ]
-        rows.append(("**All**", str(metrics["total"]), pct(metrics["Acc@0.5"])))
-        return ["split", "n", "Acc@0.5 (%)"], rows, [k.capitalize() for k in groups], list(groups.values())
+        rows.append(("**All**", str(metrics["total"]), *(pct(r["Acc@0.5"]) for r in runs)))
+        protocols = [metrics.get("protocol", ""), *metrics.get("alternatives", {})]
+        header = ["split", "n (samples)", *(f"Acc@0.5 (%) {name}".strip() for name in protocols)]
+        return header, rows, [k.capitalize() for k in groups], list(groups.values())
     keys = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr"]
     rows = [(k, str(metrics.get("total", "")), pct(metrics[k])) for k in keys]
     return ["metric", "n", "score (x100)"], rows, keys, [metrics[k] for k in keys]

@@ -11,46 +11,56 @@ folder (`eval.task_report`). End-to-end tool tasks are `eval.tools_e2e`; caption
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from geopilot.eval.loaders.common import BenchmarkError, Loaded
-from geopilot.eval.loaders.referring import decode_boxes, load_referring
+from geopilot.eval.loaders.referring import decode_boxes, load_referring, text_box_repairs
 from geopilot.eval.loaders.rsvqa import AVERAGED_TYPES, load_rsvqa
 from geopilot.eval.loaders.sarlang import SAR_TYPES, load_sar_captions, load_sar_vqa
 from geopilot.eval.predictions import predict
 from geopilot.eval.task_metrics.caption import caption_metrics
-from geopilot.eval.task_metrics.grounding import acc_at_iou
+from geopilot.eval.task_metrics.grounding import DEFAULT_PROTOCOL, PROTOCOLS, acc_at_iou
 from geopilot.eval.task_metrics.tokenize import TOKENIZERS
 from geopilot.eval.task_metrics.vqa import accuracy, exact_match, sarlang_match
 
 GROUNDING_TOOLS = ("ground", "segment_referring", "sar_ground")
+ALTERNATIVE_KEYS = ("Acc@0.5", "by_size", "by_count", "by_type", "correct")
+
+
+def _grounding_output(record: dict) -> dict | None:
+    """The output of the record's last successful grounding tool call, if any."""
+    for call in reversed(record.get("tool_calls") or []):
+        output = call.get("output") or {}
+        if call.get("tool") in GROUNDING_TOOLS and output and not output.get("error"):
+            return output
+    return None
 
 
 def predicted_polygons(record: dict, width: int, height: int) -> list[list[tuple[float, float]]]:
     """The boxes a prediction record gives, in pixels: the detections of its last successful grounding tool call
     (polygon when the tool gave one, else the box), or, when no grounding tool ran, the `{<x1><y1><x2><y2>|θ}` boxes
     written in the answer text."""
-    for call in reversed(record.get("tool_calls") or []):
-        output = call.get("output") or {}
-        if call.get("tool") in GROUNDING_TOOLS and output and not output.get("error"):
-            polygons = []
-            for det in output.get("detections", []):
-                if det.get("polygon"):
-                    polygons.append([(x * width, y * height) for x, y in det["polygon"]])
-                else:
-                    x1, y1, x2, y2 = det["box"]
-                    polygons.append(
-                        [
-                            (x1 * width, y1 * height),
-                            (x2 * width, y1 * height),
-                            (x2 * width, y2 * height),
-                            (x1 * width, y2 * height),
-                        ]
-                    )
-            return polygons
-    return decode_boxes(record.get("answer") or "", width, height)
+    output = _grounding_output(record)
+    if output is None:
+        return decode_boxes(record.get("answer") or "", width, height)
+    polygons = []
+    for det in output.get("detections", []):
+        if det.get("polygon"):
+            polygons.append([(x * width, y * height) for x, y in det["polygon"]])
+        else:
+            x1, y1, x2, y2 = det["box"]
+            polygons.append(
+                [
+                    (x1 * width, y1 * height),
+                    (x2 * width, y1 * height),
+                    (x2 * width, y2 * height),
+                    (x1 * width, y2 * height),
+                ]
+            )
+    return polygons
 
 
 def _answers(records: dict[str, dict]) -> dict[str, str]:
@@ -74,14 +84,28 @@ def score_referring(loaded: Loaded, records: dict[str, dict]) -> dict:
         for item in loaded.items
         if item.id in records
     }
-    result = acc_at_iou(
-        {i.id: i.reference for i in loaded.items},
-        predictions,
-        size_group={i.id: i.meta.get("size_group") for i in loaded.items},
-        task_type={i.id: i.kind for i in loaded.items},
-        targets={i.id: i.meta.get("targets") for i in loaded.items},
-    )
-    return result.as_dict()
+    splits = {
+        "size_group": {i.id: i.meta.get("size_group") for i in loaded.items},
+        "task_type": {i.id: i.kind for i in loaded.items},
+        "targets": {i.id: i.meta.get("targets") for i in loaded.items},
+    }
+    truth = {i.id: i.reference for i in loaded.items}
+    metrics = acc_at_iou(truth, predictions, **splits, protocol=DEFAULT_PROTOCOL).as_dict()
+    metrics["alternatives"] = {  # the same predictions under the other protocols (docs/eval_tasks.md)
+        protocol: {
+            key: value
+            for key, value in acc_at_iou(truth, predictions, **splits, protocol=protocol).as_dict().items()
+            if key in ALTERNATIVE_KEYS
+        }
+        for protocol in PROTOCOLS
+        if protocol != DEFAULT_PROTOCOL
+    }
+    repairs = Counter()
+    for item_id, record in records.items():
+        if item_id in truth and _grounding_output(record) is None:
+            repairs.update(text_box_repairs(record.get("answer") or ""))
+    metrics["box_repairs"] = dict(sorted(repairs.items()))  # boxes decoded off the grid / with swapped corners, kept
+    return metrics
 
 
 def score_captions(references: dict[str, list[str]], predictions: dict[str, str], tokenizer: str = "raw") -> dict:

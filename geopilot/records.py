@@ -77,9 +77,20 @@ class ReadReport:
     skipped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # cause -> a few messages naming files
     layout: str = ""  # which of the source's distributed layouts the reader recognised (data_gen readers)
+    detected: str = ""  # what the reader inferred that its options did not say, and why ("DOTA v2.0 (...)")
+
+    repaired: dict[str, int] = field(default_factory=dict)  # items kept after a fix, by what was fixed
 
     def skip(self, cause: str, message: str) -> None:
         self.skipped[cause] = self.skipped.get(cause, 0) + 1
-        self.examples.setdefault(cause, [])
-        if len(self.examples[cause]) < 5:
-            self.examples[cause].append(message)
+        self._example(cause, message)
+
+    def repair(self, fix: str, message: str) -> None:
+        """Count an item that is kept after `fix` (its examples sit beside the skip causes')."""
+        self.repaired[fix] = self.repaired.get(fix, 0) + 1
+        self._example(fix, message)
+
+    def _example(self, key: str, message: str) -> None:
+        self.examples.setdefault(key, [])
+        if len(self.examples[key]) < 5:
+            self.examples[key].append(message)

@@ -135,17 +135,21 @@ def refined_components(
 
 
 def _inside(inner: tuple[int, ...], outer: tuple[int, ...]) -> bool:
-    return outer[0] <= inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2] and inner[3] <= outer[3]
+    """Upstream `box1_in_box2` for [x1, y1, x2, y2) boxes: both are filled with their end pixels included
+    (`cv2.fillPoly` on the corners) on a canvas as large as the larger ends, which cuts the last row and column, so
+    an inner box may reach one pixel past the outer box's end when it is the one that sets the canvas size."""
+    return outer[0] <= inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2] + 1 and inner[3] <= outer[3] + 1
 
 
 def remove_inner(components: list[Component]) -> list[Component]:
-    """Upstream `M2B(remove_inner=True)`: drop a box that lies inside another one. Upstream drops *both* of two
-    equal boxes; here the higher-scoring one (or the first) is kept, so an object is never lost."""
+    """Upstream `M2B(remove_inner=True)`: drop a box that lies inside another one (`_inside`). Upstream drops *both*
+    of two boxes inside each other (equal, or one pixel apart at the end); here the higher-scoring one (or the
+    first) is kept, so an object is never lost."""
     kept = []
     for i, c in enumerate(components):
         rank = (-c.score, i)
         swallowed = any(
-            _inside(c.box, o.box) and (c.box != o.box or (-o.score, j) < rank)
+            _inside(c.box, o.box) and (not _inside(o.box, c.box) or (-o.score, j) < rank)
             for j, o in enumerate(components)
             if j != i
         )

@@ -48,7 +48,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
         "JPEGImages-{trainval,test}/*.jpg + Annotations/{Horizontal,Oriented} Bounding Boxes/*.xml + ImageSets/Main/<split>.txt",
         "Annotations/*.xml (older copies)",
     ),
-    "fair1m": ("<split>/[part<N>/]{images/*.tif, labelXml/*.xml} (v1.0 / v2.0)",),
+    "fair1m": ("<split>/[part<N>/]{images/*.tif, labelXml[s]/*.xml} (v1.0 / v2.0)",),
     "risbench": ("img_rgb/*.png + mask/*.png + output_phrase_<split>.txt (CroBIM)",),
     "isaid": ("<split>/Annotations/{iSAID_<split>,instancesonly_filtered_<split>}.json + <split>/images/",),
     "openearthmap": ("<region>/{images,labels}/<region>_<n>.tif + <split>.txt",),

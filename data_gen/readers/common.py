@@ -39,6 +39,7 @@ SIZE_MISMATCH = "size_mismatch"  # a mask / paired image whose size differs from
 UNSAFE_CLASS_NAME = "unsafe_class_name"  # a class name that is a path or markup (`../etc/passwd`, `<script>`)
 OVERSIZED_FIELD = "oversized_field"  # a CSV row with a field over the csv module's 128 KiB limit
 NOT_UTF8 = "not_utf8"  # a row (CSV line, JSONL line) holding bytes that are not UTF-8 (binary garbage)
+EMPTY_FILE = "empty_file"  # an annotation file with nothing in it (0 bytes, or an XML without one <object>)
 IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100K `ignore: 1`), as its loader does
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
@@ -153,6 +154,16 @@ def find_image(folder: Path, stem: str, suffixes: tuple[str, ...] = IMAGE_SUFFIX
             if candidate.is_file():
                 return candidate
     return None
+
+
+def image_index(images_dir: Path) -> dict[str, Path]:
+    """Image stem -> path, over every file under `images/` at any depth (first in sorted order wins)."""
+    index: dict[str, Path] = {}
+    if images_dir.is_dir():
+        for path in sorted(images_dir.rglob("*")):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                index.setdefault(path.stem, path)
+    return index
 
 
 def checked_image(path: Path | None, report: ReadReport, what: str) -> tuple[Path, int, int] | None:

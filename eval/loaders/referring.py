@@ -5,8 +5,9 @@ Lines: `{"question_id", "image_id", "question", "ground_truth", "type": "ref"|"g
 single polygon not wrapped in a list is accepted). Images are SAMRS patches whose size follows the name, not the
 file: `P*` -> DOTA 1024 px, `train*` / `valid*` -> FAIR1M 600 px, anything else -> DIOR 800 px (`image_size`); predicted
 `{<x1><y1><x2><y2>|θ}` boxes (0-100 grid) are decoded against that size by the ONE GeoChat decoder,
-`geopilot.data_gen.readers.geochat.decode_box`. Prompts are GeoChat's: `[refer] Give me the location of <p>
-{question} </p>` for `ref`, `[grounding]{question}` otherwise.
+`geopilot.data_gen.readers.geochat.decode_box` (off-grid values kept, never clipped; `text_box_repairs` counts
+them). Prompts are GeoChat's: `[refer] Give me the location of <p> {question} </p>` for `ref`, `[grounding]{question}`
+otherwise.
 
 Splits: size from `size_group`; single vs multiple from `len(obj_ids)` (falling back to `len(ground_truth)`).
 Ground truth with no area is skipped and counted (`bad_polygon`); a self-intersecting (bow-tie) corner order is
@@ -16,10 +17,11 @@ Root layout: `referring.jsonl` + `images/<image_id>[.png|.jpg|.tif]` (or the ima
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import BAD_POLYGON, IMAGE_SUFFIXES, MALFORMED_LINE, MISSING_IMAGE, parse_json
-from geopilot.data_gen.readers.geochat import BOX, decode_box
+from geopilot.data_gen.readers.geochat import BOX, box_repairs, decode_box
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem, Loaded
 from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_polygon, is_simple
 from geopilot.records import ReadReport
@@ -38,13 +40,24 @@ def image_size(image_id: str) -> int:
 
 
 def decode_boxes(text: str, width: int, height: int) -> list[list[tuple[float, float]]]:
-    """Every `{<x1><y1><x2><y2>|<θ>}` box in `text` as 4 pixel corners (grid values clipped to 0-100; empty boxes dropped)."""
+    """Every `{<x1><y1><x2><y2>|<θ>}` box in `text` as 4 pixel corners, decoded as GeoChat does (`decode_box`: values
+    as written, rotated about the unclipped centre, never clipped: IoU needs the whole box); empty boxes dropped."""
     polygons = []
     for match in BOX.finditer(text):
         corners = decode_box(match, width, height)
         if corners is not None:
             polygons.append(corners)
     return polygons
+
+
+def text_box_repairs(text: str) -> Counter:
+    """How many boxes in `text` were kept off the grid or with swapped corners, and how many were empty (dropped)."""
+    counts: Counter = Counter()
+    for match in BOX.finditer(text):
+        counts.update(box_repairs(match))
+        if decode_box(match, 100, 100) is None:
+            counts["box_empty"] += 1
+    return counts
 
 
 def _polygons(value) -> list[list[tuple[float, float]]]:

@@ -86,14 +86,20 @@ def _clip(subject: list[Point], a: Point, b: Point) -> list[Point]:
     return out
 
 
+def clip_convex(subject: Sequence[Point], clip: Sequence[Point]) -> list[Point]:
+    """The part of CCW convex polygon `subject` inside CCW convex polygon `clip` (fewer than 3 points: none)."""
+    region = list(subject)
+    for i in range(len(clip)):
+        region = _clip(region, clip[i], clip[(i + 1) % len(clip)])
+        if len(region) < 3:
+            return []
+    return region
+
+
 def intersection_area(a: Sequence[Point], b: Sequence[Point]) -> float:
     """Area of the intersection of two CCW convex polygons (as `convex_polygon` returns them)."""
-    region = list(a)
-    for i in range(len(b)):
-        region = _clip(region, b[i], b[(i + 1) % len(b)])
-        if len(region) < 3:
-            return 0.0
-    return max(signed_area(region), 0.0)
+    region = clip_convex(a, b)
+    return max(signed_area(region), 0.0) if region else 0.0
 
 
 def polygon_iou(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> float:

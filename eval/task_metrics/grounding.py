@@ -1,11 +1,16 @@
-"""Acc@0.5 for referring detection / grounding, by object size and by single vs multiple targets.
+"""Acc@0.5 for referring detection / grounding, by object size, single vs multiple targets and task type.
 
-A sample is correct when its predicted polygons match its ground-truth polygons one-to-one at IoU >= 0.5 (the
-`>=` of RMSIN): pairs are matched greedily by descending IoU, each polygon used at most once, and the sample counts
-only if every ground-truth polygon is matched AND there is no extra prediction (our documented rule for
-multi-object samples; GeoChat published none, see its issue #70). For a single target this is plain IoU >= 0.5 with
-exactly one box. A missing prediction, an empty one, or a predicted polygon with no area (`DegeneratePolygonError`)
-counts as a miss; missing ids are listed. IoU is exact rotated-polygon IoU (`eval.task_metrics.geometry`).
+Predicted and ground-truth polygons are paired one-to-one at IoU >= 0.5 (the `>=` of RMSIN), greedily by descending
+IoU, each polygon used at most once. Two protocols score the pairing (docs/eval_tasks.md compares them):
+- `per_object` (default): every ground-truth object is one trial, found when a predicted box is paired with it;
+  Acc@0.5 = objects found / objects, pooled over the split, extra boxes cost nothing. GeoChat published no scorer
+  (mbzuai-oryx/GeoChat: `geochat/eval/` only writes answers; issues #32 and #70 unanswered); of the readings of
+  "acc@0.5" this one moves the overall, multi-object and [grounding] columns the way its paper's differ from
+  `all_or_nothing` on GeoChat-7B's answers (overall down, the other two up).
+- `all_or_nothing`: every sample is one trial, right only when every target is paired AND no box is left over
+  (gRefCOCO's Pr(F1=1, IoU>=0.5)); for a single target this is plain IoU >= 0.5 with exactly one box.
+A missing prediction, an empty one, or a predicted polygon with no area (`DegeneratePolygonError`) finds nothing;
+missing ids are listed. IoU is exact rotated-polygon IoU (`eval.task_metrics.geometry`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_p
 Polygon = Sequence[Sequence[float]]
 THRESHOLD = 0.5
 SIZE_GROUPS = ("small", "medium", "large")
+PROTOCOLS = ("per_object", "all_or_nothing")
+DEFAULT_PROTOCOL = "per_object"
 
 
 def _iou_convex(a, b) -> float:
@@ -60,6 +67,18 @@ def sample_correct(predicted: Sequence[Polygon], truth: Sequence[Polygon], thres
     return all(iou >= threshold for iou in match_polygons(predicted, truth, threshold))
 
 
+def objects_found(predicted: Sequence[Polygon], truth: Sequence[Polygon], threshold: float = THRESHOLD) -> int:
+    """How many ground-truth polygons a distinct predicted polygon is paired with at IoU >= threshold."""
+    return sum(iou >= threshold for iou in match_polygons(predicted, truth, threshold)) if predicted else 0
+
+
+def trials(predicted: Sequence[Polygon], truth: Sequence[Polygon], protocol: str, threshold: float) -> tuple[int, int]:
+    """(right, out of) for one sample under `protocol`."""
+    if protocol == "per_object":
+        return objects_found(predicted, truth, threshold), len(truth)
+    return int(sample_correct(predicted, truth, threshold)), 1
+
+
 @dataclass
 class GroundingResult:
     """Acc@0.5 as fractions: overall, per size group, single vs multiple, per task type (ref / grounding)."""
@@ -68,19 +87,25 @@ class GroundingResult:
     by_size: dict[str, float]
     by_count: dict[str, float]
     by_type: dict[str, float]
-    counts: dict[str, int]
-    total: int
-    correct: int
+    counts: dict[str, int]  # samples per split
+    total: int  # samples
+    correct: int  # samples right under the protocol (per_object: every target found)
+    protocol: str = DEFAULT_PROTOCOL
+    objects: int = 0  # ground-truth objects
+    found: int = 0  # of them, paired with a predicted box
     missing: list[str] = field(default_factory=list)
     correct_ids: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict:
         return {
             "Acc@0.5": self.overall,
+            "protocol": self.protocol,
             "by_size": self.by_size,
             "by_count": self.by_count,
             "by_type": self.by_type,
             "counts": self.counts,
+            "objects": self.objects,
+            "objects_found": self.found,
         } | coverage(self.total, self.correct, self.missing)
 
 
@@ -91,18 +116,24 @@ def acc_at_iou(
     task_type: Mapping[str, str | None] | None = None,
     threshold: float = THRESHOLD,
     targets: Mapping[str, str | None] | None = None,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> GroundingResult:
-    """Acc@threshold over `truth`; `size_group[id]` in small/medium/large, `task_type[id]` e.g. ref/grounding,
-    `targets[id]` single/multiple (default: from the number of ground-truth polygons)."""
-    groups: dict[str, list[bool]] = {}
+    """Acc@threshold over `truth` under `protocol` (`PROTOCOLS`); `size_group[id]` in small/medium/large,
+    `task_type[id]` e.g. ref/grounding, `targets[id]` single/multiple (default: from the number of ground-truth
+    polygons)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown Acc@0.5 protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
+    groups: dict[str, list[tuple[int, int]]] = {}
     outcomes, missing, correct_ids = [], [], set()
+    objects = found = 0
     for item_id, gts in truth.items():
         predicted = predictions.get(item_id)
         if predicted is None:
             missing.append(item_id)
-        ok = sample_correct(predicted or [], gts, threshold)
+        ok = trials(predicted or [], gts, protocol, threshold)
         outcomes.append(ok)
-        if ok:
+        objects, found = objects + len(gts), found + objects_found(predicted or [], gts, threshold)
+        if ok[0] == ok[1]:  # right under the protocol: every target found (and, all-or-nothing, no box left over)
             correct_ids.add(item_id)
         keys = [(targets or {}).get(item_id) or ("single" if len(gts) == 1 else "multiple")]
         if size_group and size_group.get(item_id):
@@ -113,20 +144,27 @@ def acc_at_iou(
             groups.setdefault(key, []).append(ok)
 
     def rate(key: str) -> float:
-        values = groups.get(key, [])
-        return sum(values) / len(values) if values else 0.0
+        return _pooled(groups.get(key, []))
 
     sizes = [s for s in SIZE_GROUPS if f"size:{s}" in groups] + sorted(
         k[5:] for k in groups if k.startswith("size:") and k[5:] not in SIZE_GROUPS
     )
     return GroundingResult(
-        overall=sum(outcomes) / len(outcomes) if outcomes else 0.0,
+        overall=_pooled(outcomes),
         by_size={s: rate(f"size:{s}") for s in sizes},
         by_count={k: rate(k) for k in ("single", "multiple") if k in groups},
         by_type={k[5:]: rate(k) for k in sorted(groups) if k.startswith("type:")},
         counts={k: len(v) for k, v in groups.items()},
         total=len(outcomes),
-        correct=sum(outcomes),
+        correct=len(correct_ids),
+        protocol=protocol,
+        objects=objects,
+        found=found,
         missing=missing,
         correct_ids=correct_ids,
     )
+
+
+def _pooled(outcomes: list[tuple[int, int]]) -> float:
+    out_of = sum(n for _, n in outcomes)
+    return sum(right for right, _ in outcomes) / out_of if out_of else 0.0

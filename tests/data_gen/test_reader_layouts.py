@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
+import yaml
 from affine import Affine
 from PIL import Image
 
+from geopilot.cli import main as cli_main
 from geopilot.data_gen.readers import DatasetRootError
 from geopilot.data_gen.readers.dota import read_dota
 from geopilot.data_gen.readers.spacenet import read_spacenet
@@ -87,8 +89,121 @@ def test_dota_oriented_labels_win_over_horizontal_ones(tmp_path):
 
 def test_dota_labels_of_another_version_name_the_version_to_set(tmp_path):
     root = write_dota(tmp_path, "labelTxt-v2.0/DOTA-v2.0_train")
-    with pytest.raises(DatasetRootError, match=r"found labelTxt-v2.0/DOTA-v2.0_train/: set options.version: '2.0'"):
+    with pytest.raises(
+        DatasetRootError, match=r"found train/labelTxt-v2.0/DOTA-v2.0_train/: set options.version: '2.0'"
+    ):
         read_dota(root, version="1.5")
+
+
+def write_official(root: Path, version: str) -> Path:
+    """A split as the official archives unpack: v1.0's images parts merged into images/images/, its oriented labels
+    (with header lines) in labelTxt-v1.0/labelTxt/ and its horizontal ones (no header) in Train_Task2_gt/; v2.0's
+    labels (no header lines: v2.0 keeps imagesource/gsd in train_meta/meta/) in labelTxt-v2.0/DOTA-v2.0_train/ and
+    its _hbb twin, its new images in images/part4/; v1.5's in labelTxt-v1.5/DOTA-v1.5_train[_hbb]/."""
+    for stem, (width, height) in DOTA_IMAGES.items():
+        folder = "images/part4" if version == "2.0" and stem == "P0706" else "images/images"
+        path = root / "train" / folder / f"{stem}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (width, height)).save(path)
+    labels = {"P1888": P1888, "P0706": P0706}
+    if version == "1.0":
+        folders = {"labelTxt-v1.0/labelTxt": True, "labelTxt-v1.0/Train_Task2_gt/trainset_reclabelTxt": False}
+    elif version == "1.5":  # both with header lines
+        folders = {"labelTxt-v1.5/DOTA-v1.5_train": True, "labelTxt-v1.5/DOTA-v1.5_train_hbb": True}
+    else:
+        folders = {"labelTxt-v2.0/DOTA-v2.0_train": False, "labelTxt-v2.0/DOTA-v2.0_train_hbb": False}
+        meta = root / "train/labelTxt-v2.0/train_meta/meta"
+        meta.mkdir(parents=True)
+        for stem, text in labels.items():
+            (meta / f"{stem}.txt").write_text("".join(text.splitlines(keepends=True)[:2]))
+    for folder, with_header in folders.items():
+        (root / "train" / folder).mkdir(parents=True)
+        for stem, text in labels.items():
+            lines = text.splitlines(keepends=True)
+            (root / "train" / folder / f"{stem}.txt").write_text("".join(lines if with_header else lines[2:]))
+    return root
+
+
+def check_dota(tmp_path: Path, root: Path, capsys, **options) -> tuple[int, str, str]:
+    """`geopilot data check` on one DOTA source: (exit code, stdout, stderr)."""
+    config = tmp_path / "check.yaml"
+    source = {"reader": "dota", "root": str(root), **({"options": options} if options else {})}
+    config.write_text(yaml.safe_dump({"sources": [source], "abilities": ["object_detection"]}))
+    code = cli_main(["data", "check", "--config", str(config), "--json"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("version", "folder"),
+    [
+        ("1.0", "labelTxt-v1.0/labelTxt"),
+        ("1.5", "labelTxt-v1.5/DOTA-v1.5_train"),
+        ("2.0", "labelTxt-v2.0/DOTA-v2.0_train"),
+    ],
+)
+def test_data_check_reads_every_object_of_an_official_root_without_options(tmp_path, capsys, version, folder):
+    code, out, _ = check_dota(tmp_path, write_official(tmp_path / f"DOTA-v{version}", version), capsys)
+    (source,) = json.loads(out)["sources"]
+    assert code == 0 and source["ok"]
+    assert source["detected"] == f"DOTA v{version} (from the folder labelTxt-v{version}/)"
+    assert source["layout"] == f"{folder}/*.txt (oriented boxes)"
+    assert (source["records"], source["objects"], source["skipped"]) == (2, 7, {})  # every object line of both files
+    config = tmp_path / "check.yaml"
+    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert f"detected: DOTA v{version} (from the folder labelTxt-v{version}/)" in capsys.readouterr().out
+
+
+def test_a_split_mixing_versions_is_refused_with_its_folders_and_read_with_the_option(tmp_path, capsys):
+    root = write_official(tmp_path / "DOTA", "1.0")
+    write_dota(root, "labelTxt-v2.0/DOTA-v2.0_train")
+    code, _, err = check_dota(tmp_path, root, capsys)
+    assert code == 2 and "\n" not in err.strip()
+    assert "mixes label folders of 2 versions: train/labelTxt-v1.0/labelTxt/ (v1.0), " in err
+    assert "train/labelTxt-v2.0/DOTA-v2.0_train/ (v2.0); set options.version to '1.0' or '2.0'" in err
+    code, out, _ = check_dota(tmp_path, root, capsys, version="2.0")
+    (source,) = json.loads(out)["sources"]
+    assert code == 0 and source["layout"].startswith("labelTxt-v2.0/DOTA-v2.0_train/")
+    assert source["detected"] == "DOTA v2.0 (set by options.version)" and source["objects"] == 7
+
+
+def test_a_root_whose_splits_are_of_different_versions_is_refused(tmp_path):
+    root = write_official(tmp_path / "DOTA", "1.0")
+    (root / "val/labelTxt-v2.0/DOTA-v2.0_val").mkdir(parents=True)
+    (root / "val/labelTxt-v2.0/DOTA-v2.0_val/P0001.txt").write_text("1 1 9 1 9 9 1 9 helipad 0\n")
+    with pytest.raises(
+        DatasetRootError, match=r"train/labelTxt-v1.0/labelTxt/ \(v1.0\), .*val/labelTxt-v2.0/DOTA-v2.0_val/"
+    ):
+        read_dota(root)
+    records, report = read_dota(root, version="1.0")
+    assert report.detected == "DOTA v1.0 (set by options.version)" and len(records) == 2
+
+
+def test_a_version_folder_holding_a_later_versions_classes_is_refused(tmp_path):
+    root = write_official(tmp_path / "DOTA", "1.0")
+    with (root / "train/labelTxt-v1.0/labelTxt/P1888.txt").open("a") as labels:
+        labels.write("100 100 140 100 140 140 100 140 helipad 0\n")
+    with pytest.raises(DatasetRootError, match=r"labelTxt-v1.0/labelTxt is a v1.0 folder but its labels name v2.0 "):
+        read_dota(root)
+    records, _ = read_dota(root, version="1.0")
+    assert "helipad" in [o.label for r in records for o in r.objects]
+
+
+@pytest.mark.parametrize(
+    ("extra", "detected"),
+    [
+        ("", "DOTA v1.0 (its labels name v1.0 classes only, read alike by every version)"),
+        ("1 1 9 1 9 9 1 9 container-crane 0\n", "DOTA v1.5 (from its classes: container-crane in P1888.txt)"),
+        ("1 1 9 1 9 9 1 9 airport 0\n", "DOTA v2.0 (from its classes: airport in P1888.txt)"),
+    ],
+)
+def test_a_flat_root_is_read_as_the_first_version_naming_its_classes(tmp_path, extra, detected):
+    root = write_dota(tmp_path, "labelTxt")
+    with (root / "train/labelTxt/P1888.txt").open("a") as labels:
+        labels.write(extra)
+    records, report = read_dota(root)
+    assert report.detected == detected and report.skipped == {}
+    assert sum(len(r.objects) for r in records) == 7 + bool(extra)
 
 
 # --- SpaceNet roads ---------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from geopilot.cli import main as cli_main
 from geopilot.data_gen.readers import READERS, DatasetRootError
+from geopilot.data_gen.readers.common import polygon_area
 from geopilot.data_gen.readers.dior import read_dior
 from geopilot.data_gen.readers.dota import read_dota
 from geopilot.data_gen.readers.fair1m import read_fair1m
@@ -229,6 +231,61 @@ def test_fair1m_closed_rings_parts_and_bad_objects(tmp_path):
     assert plane.label == "boeing 737" and plane.box == pytest.approx((0.01, 0.01, 0.03, 0.02))
     assert ufo.label == "UFO" and by_id["part2/7"].objects[0].label == "tennis court"
     assert report.skipped == {"bad_polygon": 1, "malformed_file": 1}
+
+
+def test_fair1m_out_of_order_corners_are_kept_and_empty_or_pointless_objects_counted(tmp_path, capsys):
+    z_order = points(
+        "100.0,100.0", "140.0,100.0", "100.0,120.0", "140.0,120.0", "100.0,100.0"
+    )  # TL TR BL BR: a bow tie
+    ring = points("539.000000,461.000000", "553.000000,460.000000", "554.000000,468.000000", "540.000000,469.000000")
+    same = points(*["20.000000,20.000000"] * 5)
+    line = points("10,10", "20,10", "30,10", "40,10", "10,10")
+    write(
+        tmp_path / "FAIR1M/train/part2/labelXmls/3.xml",  # the archive name labelXmls.zip, unpacked as it is named
+        fair1m_xml(
+            FAIR1M_OBJECT.format(name="Dump Truck", points=z_order),
+            FAIR1M_OBJECT.format(name="Small Car", points=ring),  # 4 points, no closing one: read as a ring
+            FAIR1M_OBJECT.format(name="Small Car", points=same),
+            FAIR1M_OBJECT.format(name="Van", points=line),
+        ),
+    )
+    image(tmp_path / "FAIR1M/train/part2/images-2/3.tif", 1000, 1000)  # FAIR1M 1.0's part2: images-1/, images-2/
+    write(tmp_path / "FAIR1M/train/part2/labelXmls/4.xml", "")
+    write(tmp_path / "FAIR1M/train/part2/labelXmls/5.xml", fair1m_xml())
+    image(tmp_path / "FAIR1M/train/part2/images-1/5.tif", 1000, 1000)
+    (record,), report = read_fair1m(tmp_path / "FAIR1M")
+    truck, car = record.objects
+    assert truck.label == "dump truck" and truck.box == pytest.approx((0.1, 0.1, 0.14, 0.12))
+    assert polygon_area(list(truck.polygon)) == pytest.approx(0.04 * 0.02)  # the whole rectangle, not a bow tie
+    assert car.box == pytest.approx((0.539, 0.460, 0.554, 0.469))
+    assert report.repaired == {"reordered_corners": 1} and report.skipped == {"bad_polygon": 2, "empty_file": 2}
+    assert "points (20,20) (20,20)" in report.examples["bad_polygon"][0]
+    assert report.examples["empty_file"] == ["4.xml: 0 bytes", "5.xml: no <object>"]
+    config = write(
+        tmp_path / "check.yaml",
+        f"sources: [{{reader: fair1m, root: {tmp_path / 'FAIR1M'}, max_skip_fraction: 0.9}}]\n",
+    )
+    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    text = capsys.readouterr().out
+    assert "skipped (57.1%, limit 90%): bad_polygon 2, empty_file 2" in text
+    assert "       empty_file 2: e.g. 4.xml: 0 bytes" in text
+    assert "repaired and kept: reordered_corners 1 (e.g. 3.xml object 0: corners (100,100) (140,100)" in text
+
+
+def test_fair1m_repairs_reach_the_generation_report(tmp_path):
+    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+
+    z_order = points("100.0,100.0", "140.0,100.0", "100.0,120.0", "140.0,120.0", "100.0,100.0")
+    ring = points("539.0,461.0", "553.0,460.0", "554.0,468.0", "540.0,469.0", "539.0,461.0")
+    objects = FAIR1M_OBJECT.format(name="Dump Truck", points=z_order) + FAIR1M_OBJECT.format(name="Bus", points=ring)
+    write(tmp_path / "FAIR1M/train/part1/labelXml/0.xml", fair1m_xml(objects))
+    image(tmp_path / "FAIR1M/train/part1/images/0.tif", 1000, 1000)
+    config = GenerateConfig(
+        sources=[{"reader": "fair1m", "root": str(tmp_path / "FAIR1M")}], abilities=["object_detection"]
+    )
+    result = generate_dataset(config, tmp_path / "out")
+    assert result.report["reader_repairs"] == {"fair1m": {"reordered_corners": 1}}
+    assert "Reader `fair1m` repaired and kept: reordered_corners 1" in (tmp_path / "out/report.md").read_text()
 
 
 # --- iSAID (COCO polygons) --------------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_geochat_real_data_variants_clipped_grid_delim_answers_and_the_released_
         ),
     )
     (record,), report = read_geochat(root)
-    clipped, second = record.objects  # the slightly negative grid value is clipped to 0, not dropped
+    clipped, second = record.objects  # the slightly negative grid value is kept, the polygon clipped to the image
     assert clipped.label == second.label == "two planes" and record.referring[0].object_indices == (0, 1)
     assert report.skipped == {"unsafe_class_name": 1}  # the markup phrase's box never reaches a trace
 
@@ -166,8 +166,10 @@ def test_geochat_tasks_bad_boxes_missing_images_and_duplicate_ids(tmp_path):
         ("b#1", "classification"),
         ("c", "conversation"),
     ]
-    assert records[2].objects == []
-    assert report.skipped == {"bad_geometry": 2, "missing_image": 1, "malformed_line": 3}
+    (wide,) = records[2].objects  # {<10><10><120><50>}: kept, clipped to the image; {<5><5><5><9>}: empty, dropped
+    assert wide.box == pytest.approx((0.1, 0.1, 1.0, 0.5))
+    assert report.skipped == {"bad_geometry": 1, "missing_image": 1, "malformed_line": 3}
+    assert report.repaired == {"box_off_grid": 1, "polygon_clipped_to_image": 1}
 
 
 def test_geochat_root_errors(tmp_path):

@@ -78,12 +78,12 @@ def test_referring_box_text_decodes_against_the_source_size():
     truth = [(102.4, 409.6), (153.6, 409.6), (153.6, 450.56), (102.4, 450.56)]
     (box,) = decode_boxes("{<10><40><15><44>|<0>}", 1024, 1024)
     assert polygon_iou(box, truth) == pytest.approx(1.0)
-    # boxes concatenated as }{, a negative angle inside brackets, and one off the grid (clipped to it, as real
-    # GeoChat answers such as {<51><-1><53><3>|<74>} need; far off it, dropped)
+    # boxes concatenated as }{, a negative angle inside brackets, one off the grid (kept as written, as GeoChat
+    # decodes it: IoU needs the whole box) and one empty (dropped)
     boxes = decode_boxes(
         "<p>ships</p> {<10><10><20><20>|<-30>}{<50><50><60><70>|<45>}{<90><90><101><95>|<0>}{<9><9><130><9>}", 800, 800
     )
-    assert len(boxes) == 3 and boxes[2] == [(720.0, 720.0), (800.0, 720.0), (800.0, 760.0), (720.0, 760.0)]
+    assert len(boxes) == 3 and boxes[2] == [(720.0, 720.0), (808.0, 720.0), (808.0, 760.0), (720.0, 760.0)]
     assert image_size("valid_1234.tif") == image_size("train_17.tif") == 600  # FAIR1M patches, train and valid
     assert prompt_for(" a ship ", "ref1").startswith("[refer]")  # region-captioning rows
     cx = sum(x for x, _ in boxes[0]) / 4

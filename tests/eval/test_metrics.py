@@ -84,7 +84,8 @@ def test_acc_at_05_greedy_one_to_one_and_splits():
     assert not sample_correct([[(0, 0), (1, 1), (2, 2)]], [a])  # degenerate prediction: a miss
     truth = {"1": [a], "2": [a, b], "3": [b], "4": [a]}
     preds = {"1": [near_a], "2": [a, b], "3": [far_a]}  # "4" missing
-    result = acc_at_iou(truth, preds, size_group={"1": "small", "2": "large", "3": "small", "4": "medium"})
+    sizes = {"1": "small", "2": "large", "3": "small", "4": "medium"}
+    result = acc_at_iou(truth, preds, size_group=sizes, protocol="all_or_nothing")
     assert result.overall == 0.5 and result.missing == ["4"]
     assert result.by_size == {"small": 0.5, "medium": 0.0, "large": 1.0}
     assert result.by_count == {"single": 1 / 3, "multiple": 1.0}
