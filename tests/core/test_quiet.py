@@ -18,6 +18,9 @@ def clean_logging(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     loggers = [logging.getLogger(name) for name in (*ROUTINE_LOGGERS, *EXPECTED_WARNINGS)]
     saved = [(logger, logger.level, list(logger.filters)) for logger in loggers]
+    for logger in loggers:  # as before any `geopilot` command of this test session quietened them
+        logger.setLevel(logging.NOTSET)
+        logger.filters[:] = []
     yield
     for logger, level, filters in saved:
         logger.setLevel(level)
