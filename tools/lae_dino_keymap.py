@@ -36,12 +36,9 @@ DROPPED = {
 UNUSED_LOCAL = (rf"{re.escape(SWIN)}\.swin\.layernorm\.(weight|bias)",)
 
 _DEFORMABLE = r"(sampling_offsets|attention_weights|value_proj|output_proj)\.(weight|bias)"
-_FFN_NORMS_ENCODER = {
-    r"norms\.0": "self_attn_layer_norm",
-    r"ffn\.layers\.0\.0": "fc1",
-    r"ffn\.layers\.1": "fc2",
-    r"norms\.1": "final_layer_norm",
-}
+# mmcv's FFN (Sequential(Linear, act, dropout), Linear) -> HF's fc1, fc2; the same in every layer that has one
+_FFN = {r"ffn\.layers\.0\.0": "fc1", r"ffn\.layers\.1": "fc2"}
+_FFN_NORMS_ENCODER = {r"norms\.0": "self_attn_layer_norm", **_FFN, r"norms\.1": "final_layer_norm"}
 
 
 def _per_layer(upstream: str, hf_layers: str, parts: dict[str, str], module: str = "") -> list[tuple[str, str]]:
@@ -129,8 +126,7 @@ RENAMES: list[tuple[str, str]] = [
         {
             r"self_attn\.attn\.out_proj": "self_attn.out_proj",
             r"norms\.0": "layer_norm_before",
-            r"ffn\.layers\.0\.0": "fc1",
-            r"ffn\.layers\.1": "fc2",
+            **_FFN,
             r"norms\.1": "layer_norm_after",
         },
         module="text_enhancer_layer.",
@@ -162,8 +158,7 @@ RENAMES: list[tuple[str, str]] = [
         "model.decoder.layers",
         {
             r"norms\.2": "encoder_attn_layer_norm",
-            r"ffn\.layers\.0\.0": "fc1",
-            r"ffn\.layers\.1": "fc2",
+            **_FFN,
             r"norms\.3": "final_layer_norm",
         },
     ),
