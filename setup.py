@@ -79,7 +79,11 @@ setup(
         "geopilot": ["py.typed", "vocabulary.yaml"],
         "geopilot.serving": ["demo.html"],
         "geopilot.data_gen": ["prompts/*.txt"],
-        "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg", "data/chain_images/*",
+        "geopilot.eval": [
+            "data/*.jsonl",
+            "data/*.json",
+            "data/planning_images/*/*.jpg",
+            "data/chain_images/*",
             "lmms_tasks/*",
         ],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],
