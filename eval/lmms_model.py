@@ -21,7 +21,7 @@ from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 
 from geopilot.errors import GeoPilotError, GeoPilotInputError
-from geopilot.eval.lmms_docs import PLANNING_SEED, RECORD_KEY, REQUEST_KEY
+from geopilot.eval.lmms_docs import PLANNING_SEED, RECORD_KEY, REQUEST_KEY, record_of
 
 MODEL_ID = "geopilot"
 
@@ -122,7 +122,10 @@ class GeoPilotLMMS(lmms):
             for start in range(0, len(rest), self.batch_size):
                 batch = rest[start : start + self.batch_size]
                 for index, reply in zip(batch, self._batch([requests[i] for i in batch], generation), strict=True):
-                    replies[index] = reply if self._request(requests[index]) else cut_at(reply, gen_kwargs.get("until"))
+                    replies[index] = reply
+            for index in indices:  # text is cut at the stop strings; a whole run (JSON) is not text
+                if record_of(replies[index]) is None:
+                    replies[index] = cut_at(replies[index], gen_kwargs.get("until"))
         return replies
 
     def loglikelihood(self, requests):
