@@ -62,7 +62,7 @@ def cut_at(text: str, until: list[str] | str | None) -> str:
 class GeoPilotLMMS(lmms):
     """model_args: pretrained (the export), agentic (default true), tools_config (real tool backends; default
     configs/tools.yaml, and the planning fixture for planning cases as in `geopilot eval planning`), max_rounds,
-    device, dtype, batch_size."""
+    device, dtype; `batch_size` comes from lmms-eval's --batch_size."""
 
     def __init__(
         self,
