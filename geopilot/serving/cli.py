@@ -52,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tools_config_argument(parser, old_names=("--tools",))
     parser.add_argument("--controller", default=None, help="run as a FastChat worker registered with this controller")
     parser.add_argument("--engine-url", default=None, help="OpenAI-compatible server for the LLM turns (e.g. vLLM /v1)")
+    parser.add_argument(
+        "--model-family",
+        choices=["llava", "qwen2_5_vl"],
+        default=None,
+        help="the model's family (docs/models.md); default: read from the model folder's config.json",
+    )
     add_config_flags(parser, ServeConfig, SERVE_FLAGS)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     parser.add_argument(
@@ -83,6 +89,7 @@ def build_pilot(args: argparse.Namespace, config):
         return GeoPilot.from_endpoint(
             args.engine_url,
             args.model,
+            family=args.model_family,
             tools_config=args.tools_config,
             tool_timeout_s=config.tool_timeout_s,
             max_pixels=config.max_image_pixels,
@@ -90,7 +97,12 @@ def build_pilot(args: argparse.Namespace, config):
     if not Path(args.model).is_dir():
         raise GeoPilotInputError(f"model directory not found: {args.model}")
     from geopilot.agent import PrefixCache
+    from geopilot.families import family_of_dir
 
+    if args.model_family and (Path(args.model) / "config.json").is_file():
+        found = family_of_dir(args.model).NAME
+        if found != args.model_family:
+            raise GeoPilotInputError(f"{args.model} is a {found} model, not --model-family {args.model_family}")
     entries = config.prefix_cache_entries
     return GeoPilot.from_pretrained(
         args.model,
