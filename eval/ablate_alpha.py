@@ -1,10 +1,10 @@
 """The optical-replay ablation (paper Table 14): stage 2 trained from ONE stage-1 export for each alpha, each model
 evaluated on SAR VQA (OI / IC / OC / OP, SAR Avg) and optical VQA (RSVQA-HRBEN), written as a table and a plot.
 
-    geopilot ablate-alpha --config configs/eval/ablate_alpha.yaml
+    geopilot ablate-alpha --config configs/ablate_alpha.yaml   (configs/tiny/ablate_alpha.yaml on CPU)
 
-Each alpha trains with `<launcher or python> -m geopilot.training.recipe --config <stage2_config> model.init=llava_hf
-model.llava_path=<stage1> data.alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
+Each alpha trains with `<launcher or python> -m geopilot.commands.train --config <stage2_config> model.init=llava_hf
+model.llava_path=<stage1> data.replay_alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
 launcher can be torchrun); a run whose `export/` already exists is not retrained, and the evaluations resume from
 their predictions files, so re-running the command after a crash finishes the grid. SAR Avg is the mean of the four
 SAR VQA type accuracies (the paper's "average over the four subtasks"); HRBEN Avg is the pooled accuracy over
@@ -46,6 +46,16 @@ def _tag(alpha: float) -> str:
     return f"alpha_{alpha:g}"
 
 
+def _train_overrides(cfg: AblateAlphaConfig, alpha: float) -> list[str]:
+    run_dir = Path(cfg.out) / _tag(alpha) / "train"
+    return [
+        "model.init=llava_hf",
+        f"model.llava_path={cfg.stage1}",
+        f"data.replay_alpha={alpha}",
+        f"output_dir={run_dir}",
+    ]
+
+
 def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
     """Train stage 2 with this alpha (unless its export exists); the export directory."""
     run_dir = Path(cfg.out) / _tag(alpha) / "train"
@@ -55,13 +65,10 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
     command = [*cfg.launcher] if cfg.launcher else [sys.executable]
     command += [
         "-m",  # python -m and torchrun -m both run the recipe as a module (train.py is the same recipe)
-        "geopilot.training.recipe",
+        "geopilot.commands.train",
         "--config",
         cfg.stage2_config,
-        "model.init=llava_hf",
-        f"model.llava_path={cfg.stage1}",
-        f"data.alpha={alpha}",
-        f"output_dir={run_dir}",
+        *_train_overrides(cfg, alpha),
         *cfg.overrides,
     ]
     done = subprocess.run(command, check=False)
@@ -74,7 +81,7 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
 
 def evaluate_alpha(cfg: AblateAlphaConfig, alpha: float, export: Path) -> dict:
     from geopilot import GeoPilot
-    from geopilot.eval.tasks import run_task
+    from geopilot.eval.benchmark_tasks import run_task
 
     pilot = GeoPilot.from_pretrained(export, device=cfg.device)
     generation = {"max_new_tokens": cfg.max_new_tokens}
@@ -134,11 +141,31 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
     return table, plot
 
 
-def ablate_alpha(cfg: AblateAlphaConfig) -> list[dict]:
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+def check_inputs(cfg: AblateAlphaConfig) -> None:
+    """Everything the grid reads, before the first alpha trains for hours: the stage-1 export, the stage-2 config and
+    both benchmarks (loaded, and not empty). Each problem is one line naming the setting."""
+    from geopilot.eval.tasks import TASKS
+    from geopilot.training.config import load_train_config
+
     if not (Path(cfg.stage1) / "config.json").is_file():
         raise GeoPilotInputError(f"stage1: {cfg.stage1} is not a model export (no config.json)")
+    try:  # with what the first alpha's run will be given
+        load_train_config(cfg.stage2_config, [*_train_overrides(cfg, cfg.alphas[0]), *cfg.overrides])
+    except GeoPilotInputError as err:
+        raise GeoPilotInputError(f"stage2_config: {err}") from None
+    for key, task in (("sar_vqa", "sar-vqa"), ("optical_vqa", "rsvqa-hr")):
+        try:
+            loaded = TASKS[task].load(Path(getattr(cfg, key)))
+        except GeoPilotInputError as err:
+            raise GeoPilotInputError(f"{key}: {err}") from None
+        if not loaded.items:
+            raise GeoPilotInputError(f"{key}: {getattr(cfg, key)} holds no {task} questions")
+
+
+def ablate_alpha(cfg: AblateAlphaConfig) -> list[dict]:
+    out = Path(cfg.out)
+    check_inputs(cfg)
+    out.mkdir(parents=True, exist_ok=True)
     rows = [evaluate_alpha(cfg, alpha, train_alpha(cfg, alpha)) for alpha in cfg.alphas]
     (out / "ablate_alpha.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     write_table(rows, out)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from geopilot.artifacts import publish_artifact
 from geopilot.config import StrictConfig
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
 from geopilot.tools.geo import save_geotiff
 from geopilot.tools.precision import precision_setting
@@ -325,3 +325,9 @@ class RoadExtractorAdapter:
         if tool != "extract_roads":
             raise _unsupported(self, tool)
         return ToolOutput(roads=self.extractor.extract(image.scene()))
+
+
+class ExampleAnnotationsOptions(StrictConfig):
+    """The `annotations` backend (geopilot.tools.example_images): the COCO JSON of the example images."""
+
+    annotations: str = "examples/images/annotations.json"  # a relative path is read from the current folder

@@ -92,7 +92,7 @@ def run_tool(args: argparse.Namespace) -> int:
     from geopilot.image import load_image
     from geopilot.sample import Action
     from geopilot.tool_output import llm_view
-    from geopilot.tool_protocol import ToolCallError
+    from geopilot.tool_result import ToolCallError
     from geopilot.tools.registry import build_registry, load_tools_config
 
     params = parse_json_object(args.params, "--params")
@@ -158,7 +158,8 @@ def run_tool(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     elif result.ok:
-        print(f"{result.tool}: {json.dumps(report['llm_view'])}")
+        answered_by = "  (provenance: annotations)" if result.output.provenance == "annotations" else ""
+        print(f"{result.tool}: {json.dumps(report['llm_view'])}{answered_by}")
         for artifact in result.output.artifacts:
             print(f"{artifact.kind}: {artifact.path}")
         for written in report.get("geo_files", []):

@@ -9,6 +9,8 @@
               stratified subset, scored by the same scorer with the chain breakdowns
     chats     two chats (optical, SAR) with the annotation-backed tools, tool outputs drawn, and one chain drawn
               input -> intermediate result -> final result
+    examples  the worked examples: one chat per example image (examples/images/) with the example tools
+              (configs/tools_examples.yaml), each call's output drawn, each answer marked right or wrong
     report    plots + DIR/report.md
 Every phase is safe to rerun after an interruption: generate, train.py and the benchmark runner resume on their own.
 """
@@ -30,7 +32,7 @@ from geopilot.fileio import atomic_write
 
 Progress = Callable[[int, int], None]  # (done, total)
 DETECTION_TOOLS = {"optical": {"detect_objects", "detect_all", "ground"}, "sar": {"sar_detect_all", "sar_ground"}}
-TRAIN_MODULE = "geopilot.training.recipe"  # train.py's recipe, run as a module: no checkout path needed
+TRAIN_MODULE = "geopilot.commands.train"  # train.py's command, run as a module: no checkout path needed
 
 
 def _json(path: Path, data) -> None:
@@ -44,7 +46,7 @@ def _json(path: Path, data) -> None:
 def generate_config(layout: Layout, settings: DemoSettings):
     """configs/data_gen/demo.yaml with its source roots moved under DIR/data/synth."""
     from geopilot.config import load_config
-    from geopilot.data_gen.generate import GenerateConfig
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     path = resources.files("geopilot.configs") / "data_gen" / "demo.yaml"
     with resources.as_file(path) as file:
@@ -57,7 +59,7 @@ def generate_config(layout: Layout, settings: DemoSettings):
 
 def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
     from geopilot.data_gen.generate import generate_dataset
-    from geopilot.data_gen.synth import write_synthetic
+    from geopilot.data_gen.synthetic.datasets import write_synthetic
     from geopilot.render import wire_segments
     from geopilot.sample import IMAGE_PLACEHOLDER, load_samples
     from geopilot.tokenizer import tiny_tokenizer
@@ -110,7 +112,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
         "model": model,
         "data": {
             "files": [_absolute(layout.train_file)],
-            "alpha": settings.alpha,
+            "replay_alpha": settings.alpha,
             "mixture_seed": settings.seed,
             "max_length": settings.max_length,
             "cache_dir": _absolute(layout.out / ".cache" / "tokenised"),
@@ -212,11 +214,17 @@ def read_losses(out: Path) -> list[list[float]]:
     return [[step, round(loss, 6)] for step, loss in sorted(losses.items())]
 
 
-def publish_model(layout: Layout) -> None:
-    """DIR/model: the stage-2 export, a plain GeoPilot / llava-hf checkpoint (copied atomically)."""
+def publish_model(layout: Layout, settings: DemoSettings) -> None:
+    """DIR/model: the stage-2 export, a plain GeoPilot / llava-hf checkpoint (copied atomically), with the demo's
+    note on it (a quick-preset model says it learned nothing; geopilot.demo.model_note)."""
+    from geopilot.demo.model_note import write_model_note
+    from geopilot.demo.report import QUICK_NOTICE
+
     staging = layout.out / ".model.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(layout.stage2 / "export", staging)
+    preset = settings.preset_name()
+    write_model_note(staging, preset, QUICK_NOTICE if preset == "quick" else None, settings.max_new_tokens)
     shutil.rmtree(layout.model, ignore_errors=True)
     os.replace(staging, layout.model)
 
@@ -269,7 +277,8 @@ def run_evaluate(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     from geopilot.eval.agents import GeoPilotAgent
     from geopilot.eval.cases import load_cases
     from geopilot.eval.planning_set import CATEGORY_ORDER, build_planning_cases
-    from geopilot.eval.runner import read_rows, run_benchmark
+    from geopilot.eval.results_log import read_rows
+    from geopilot.eval.runner import run_benchmark
     from geopilot.eval.toolkit import build_tool_layer
 
     torch.set_num_threads(settings.threads)
@@ -448,7 +457,7 @@ def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dic
 def chain_example(layout: Layout) -> dict:
     """The chain case the report draws: from the scored subset, a cloud chain (its intermediate result is an image)
     the model got right, else any chain it got right, else the first cloud chain."""
-    from geopilot.eval.runner import read_rows
+    from geopilot.eval.results_log import read_rows
 
     cases = [json.loads(line) for line in (layout.eval / "chains_heldout.jsonl").read_text().splitlines() if line]
     rows = read_rows(layout.eval / "chains_run" / "results.jsonl")
@@ -491,3 +500,77 @@ def run_chain_chat(layout: Layout, settings: DemoSettings) -> dict:
         "outcome": result.outcome,
         "picture": picture.name,
     }
+
+
+# ---- worked examples -----------------------------------------------------------------------------------------------
+
+
+def example_right(example: dict, calls: list[dict], answer: str) -> bool:
+    """Right: the expected tool answered and, when the question has a checkable answer, the answer says it."""
+    import re
+
+    called = any(c["tool"] == example["tool"] and c["error"] is None for c in calls)
+    wanted = example.get("answer_contains")
+    said = re.search(rf"(?<![\w.]){re.escape(wanted)}(?![\w.])", answer) if wanted else answer.strip()
+    return bool(called and said)
+
+
+def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
+    """Each example image's question through the agent loop with the example tools; outputs drawn on the image."""
+    import torch
+
+    from geopilot.agent import GeoPilot
+    from geopilot.image import load_image
+    from geopilot.tools.adapters import ExampleAnnotationsOptions
+    from geopilot.tools.example_images import QUESTIONS, annotations_file
+    from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry, load_tools_config
+    from geopilot.visualize import chain_panels
+
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    config = load_tools_config(EXAMPLES_CONFIG)
+    options = ExampleAnnotationsOptions.model_validate(config.tools["detect_all"].options)
+    folder = annotations_file(options.annotations).parent
+    if not (folder / QUESTIONS).is_file():
+        return {"examples": [], "missing": f"{folder / QUESTIONS} not found (run the demo from a GeoPilot checkout)"}
+    questions = json.loads((folder / QUESTIONS).read_text(encoding="utf-8"))
+    pilot = GeoPilot.from_pretrained(layout.model, tools=build_registry(config=config), device="cpu")
+    layout.examples.mkdir(parents=True, exist_ok=True)
+    worked = []
+    for index, example in enumerate(questions):
+        image_path = folder / example["image"]
+        result = pilot.chat(
+            str(image_path), example["question"], generation={"max_new_tokens": settings.max_new_tokens}
+        )
+        picture = layout.examples / example["image"]
+        # the last call's result: its output drawn on the image it read, or the restored image itself
+        chain_panels(load_image(image_path).image, result.tool_calls)[-1][1].save(picture)
+        calls = [
+            {
+                "tool": c.tool,
+                "params": c.params,
+                "error": c.error,
+                "provenance": c.output.provenance if c.output is not None else None,
+            }
+            for c in result.tool_calls
+        ]
+        worked.append(
+            {
+                "image": _shown_path(image_path),
+                "question": example["question"],
+                "expected_tool": example["tool"],
+                "plan": result.turns[0].text if result.turns else "",
+                "tool_calls": calls,
+                "answer": result.answer,
+                "outcome": result.outcome,
+                "right": example_right(example, calls, result.answer),
+                "picture": picture.name,
+            }
+        )
+        progress(index + 1, len(questions))
+    return {"examples": worked, "right": sum(w["right"] for w in worked), "tools_config": _shown_path(EXAMPLES_CONFIG)}
+
+
+def _shown_path(path: Path) -> str:
+    """The path as a user types it: relative to the current folder when inside it."""
+    return _inside(path, Path.cwd()) or str(path)
