@@ -25,7 +25,7 @@ RECORD_KEY = "geopilot_record"
 REQUEST_KEY = "geopilot_request"
 PLANNING = "geopilot_planning"
 PLANNING_SEED = 42  # the first of `geopilot eval planning`'s default seeds
-BENCHMARKS = {  # lmms-eval task -> `geopilot eval` task (geopilot.eval.tasks.TASKS)
+BENCHMARKS = {  # lmms-eval task -> `geopilot eval` task (geopilot.eval.benchmark_tasks.TASKS)
     "geopilot_rsvqa_lr": "rsvqa-lr",
     "geopilot_rsvqa_hr": "rsvqa-hr",
     "geopilot_referring": "referring",
@@ -60,7 +60,7 @@ def docs(task: str) -> list[dict]:
     """The rows of a task, every value a string (Arrow-friendly): what the model reads and what scoring needs."""
     if task == PLANNING:
         return _planning_docs()
-    from geopilot.eval.tasks import TASKS
+    from geopilot.eval.benchmark_tasks import TASKS
 
     loaded = TASKS[BENCHMARKS[task]].load(data_path(task))
     return [_item_doc(task, item) for item in loaded.items]
@@ -206,8 +206,8 @@ def planning_rows(values: list[dict]) -> list[dict]:
 
 
 def task_metrics(values: list[dict]) -> dict:
-    """Every metric of a benchmark task, by `geopilot.eval.tasks.TASKS[...].score` over these records."""
-    from geopilot.eval.tasks import TASKS
+    """Every metric of a benchmark task, by `geopilot.eval.benchmark_tasks.TASKS[...].score` over these records."""
+    from geopilot.eval.benchmark_tasks import TASKS
 
     task = values[0]["doc"]["task"]
     items = [EvalItem(**json.loads(value["doc"]["item"])) for value in values]

@@ -13,9 +13,9 @@ from helpers.bench_fixtures import write_referring, write_rsvqa, write_sarlang
 
 from geopilot.cli import main
 from geopilot.eval import lmms_docs
+from geopilot.eval.benchmark_tasks import TASKS
 from geopilot.eval.lmms_tasks_cli import tasks_folder
 from geopilot.eval.loaders.common import BenchmarkError
-from geopilot.eval.tasks import TASKS
 
 DATA = {
     "geopilot_rsvqa_lr": lambda root: write_rsvqa(root / "lr", "lr"),
