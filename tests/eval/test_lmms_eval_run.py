@@ -34,7 +34,7 @@ def lmms_python() -> str:
 def lmms_eval(out: Path, model_args: str, task: str, limit: int, env: dict) -> subprocess.CompletedProcess:
     command = [lmms_python(), "-m", "lmms_eval", "--model", "geopilot", "--model_args", model_args]
     command += ["--tasks", task, "--include_path", str(tasks_folder()), "--limit", str(limit)]
-    command += ["--gen_kwargs", "max_new_tokens=8", "--output_path", str(out)]
+    command += ["--gen_kwargs", "max_new_tokens=32", "--output_path", str(out)]  # a plan's grammar needs >= 19
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
 
@@ -66,7 +66,7 @@ def test_lmms_eval_runs_geopilot_planning_on_the_tiny_model_equal_to_geopilot_ev
     results = results_of(tmp_path / "lmms").get("geopilot_planning")
     assert results is not None, done.stderr[-3000:]
     argv = ["eval", "planning", "--agent", "geopilot", "--model", str(tiny_model_dir), "--cases", str(cases)]
-    argv += ["--seeds", "42", "--max-new-tokens", "8", "--device", "cpu", "--out", str(tmp_path / "geopilot")]
+    argv += ["--seeds", "42", "--max-new-tokens", "32", "--device", "cpu", "--out", str(tmp_path / "geopilot")]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "geopilot" / "summary.json").read_text())
     assert {m: results[f"{m},none"] for m in METRICS} == {m: summary[m] for m in METRICS}
