@@ -144,7 +144,7 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
 def check_inputs(cfg: AblateAlphaConfig) -> None:
     """Everything the grid reads, before the first alpha trains for hours: the stage-1 export, the stage-2 config and
     both benchmarks (loaded, and not empty). Each problem is one line naming the setting."""
-    from geopilot.eval.tasks import TASKS
+    from geopilot.eval.benchmark_tasks import TASKS
     from geopilot.training.config import load_train_config
 
     if not (Path(cfg.stage1) / "config.json").is_file():
