@@ -75,7 +75,6 @@ setup(
     package_dir=PACKAGE_DIRS,
     package_data={
         "geopilot": ["py.typed", "vocabulary.yaml"],
-        "geopilot.serving": ["demo.html"],
         "geopilot.data_gen": ["prompts/*.txt"],
         "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg", "data/chain_images/*"],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],

@@ -20,24 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import html
 import io
 import json
 import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError, describe_validation_error
 from geopilot.generation import GenerationOptions
 from geopilot.network import key_matches, loopback_host_names
+from geopilot.serving import web_login
 from geopilot.serving.batcher import Batcher, Busy, Job, Slot
 from geopilot.serving.config import ServeConfig
 from geopilot.serving.protocol import (
@@ -72,11 +71,22 @@ class AuthGate:
         self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or self.key is None or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or self.key is None or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
-        header = dict(scope.get("headers") or []).get(b"authorization")
-        if key_matches(header.decode("latin-1") if header else None, self.key):
+        headers = dict(scope.get("headers") or [])
+        header = headers.get(b"authorization")
+        demo = web_login.is_demo(scope["path"])
+        if key_matches(header.decode("latin-1") if header else None, self.key) or (
+            demo and web_login.same_key(web_login.cookie_key(headers), self.key)
+        ):
             return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        if demo:  # a browser passes the key once: the login form or `?key=` becomes a cookie
+            given, rest = web_login.query_key(scope.get("query_string", b""))
+            if web_login.same_key(given, self.key):
+                return await web_login.redirect_with_cookie(send, scope["path"], rest, given)
+            return await web_login.refuse(scope, send, "wrong API key" if given else "this demo needs the API key")
         payload = json.dumps(ServeError(401, "missing or wrong API key", "authentication_error").body()).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -87,8 +97,11 @@ class AuthGate:
         await send({"type": "http.response.body", "body": payload})
 
 
-def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
-    """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits."""
+def create_app(
+    pilot, config: ServeConfig, batcher: Batcher | None = None, tools_line: str | None = None, examples=None
+):
+    """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits, with the
+    web demo (geopilot.serving.web) at /demo: `tools_line` its tool status line, `examples` its example images."""
     batcher = batcher or Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
     policy = UrlPolicy(config.allowed_url_hosts, config.url_timeout_s, config.max_body_bytes)
 
@@ -125,13 +138,12 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
             raise ServeError(404, f"model {name!r} does not exist", code="model_not_found")
         return _model_card(name)
 
-    page = resources.files("geopilot.serving").joinpath("demo.html").read_text(encoding="utf-8")
-    page = page.replace("@MODEL@", html.escape(config.model_name, quote=True))
-    demo_headers = demo_security_headers(page)
+    import gradio as gr
 
-    @app.get("/demo", response_class=HTMLResponse)
-    async def demo():
-        return HTMLResponse(page, headers=demo_headers)
+    from geopilot.serving.web import build_demo
+
+    demo = build_demo(pilot, config, batcher, tools_line, examples)
+    gr.mount_gradio_app(app, demo, path=web_login.DEMO_PATH, max_file_size=config.max_body_bytes, footer_links=["api"])
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -169,28 +181,6 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
         return await _completion(result, job, body, config, started)
 
     return app
-
-
-def demo_security_headers(page: str) -> dict[str, str]:
-    """The demo page's headers: a Content-Security-Policy that allows exactly its own inline script and style (by
-    hash), images from data: URLs and fetches to this server only; no framing (clickjacking); no MIME sniffing."""
-    import hashlib
-    import re
-
-    def hashes(tag: str) -> str:
-        blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.S)
-        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in blocks)
-
-    policy = (
-        f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; img-src data: blob:; "
-        "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
-    )
-    return {
-        "content-security-policy": policy,
-        "x-frame-options": "DENY",
-        "x-content-type-options": "nosniff",
-        "referrer-policy": "no-referrer",
-    }
 
 
 def _peer(request: Request) -> str:
@@ -360,11 +350,16 @@ def _visualization(job: Job, result) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def geojson_of(result) -> dict | None:
+    """A georeferenced image's results: every call's features as one RFC 7946 FeatureCollection (WGS 84)."""
+    features = [f for c in result.tool_calls if c.output and c.output.geojson for f in c.output.geojson["features"]]
+    return {"type": "FeatureCollection", "features": features} if features else None
+
+
 async def _extension(result, job: Job, body: ChatCompletionRequest) -> dict:
     extension = {"tool_calls": _tool_calls(result), "result": result.model_dump(mode="json")}
-    features = [f for c in result.tool_calls if c.output and c.output.geojson for f in c.output.geojson["features"]]
-    if features:  # a georeferenced image: every call's features as one RFC 7946 FeatureCollection (WGS 84)
-        extension["geojson"] = {"type": "FeatureCollection", "features": features}
+    if geojson := geojson_of(result):
+        extension["geojson"] = geojson
     if body.geopilot.visualize:
         extension["visualization"] = await asyncio.to_thread(_visualization, job, result)
     return extension

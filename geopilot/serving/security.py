@@ -33,6 +33,7 @@ from PIL import Image, UnidentifiedImageError
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError
 from geopilot.image import TIFF_MAGIC, check_size, rasterio_available
 from geopilot.network import host_name
+from geopilot.serving.web_login import is_demo
 
 
 class ServeError(Exception):
@@ -287,6 +288,7 @@ class BrowserGate:
             headers.get(b"origin", b"").decode("latin-1") or None,
             headers.get(b"content-type", b"").decode("latin-1") or None,
             scope["method"],
+            scope["path"],
         )
         if error is not None:
             return await _refuse(send, error, [NOSNIFF])
@@ -299,7 +301,9 @@ class BrowserGate:
 
         await self.app(scope, receive, with_nosniff)
 
-    def _problem(self, host: str, origin: str | None, content_type: str | None, method: str) -> ServeError | None:
+    def _problem(
+        self, host: str, origin: str | None, content_type: str | None, method: str, path: str = ""
+    ) -> ServeError | None:
         if self.hosts is not None and host_name(host) not in self.hosts:
             return ServeError(
                 421,
@@ -315,7 +319,8 @@ class BrowserGate:
                 same = False
             if not same:
                 return ServeError(403, f"cross-site request from Origin {origin[:100]!r} refused", code="cross_origin")
-        if method in ("POST", "PUT", "PATCH") and content_type is not None:
+        # the demo uploads files as forms: there the same-Origin check and the SameSite key cookie stop other sites
+        if method in ("POST", "PUT", "PATCH") and content_type is not None and not is_demo(path):
             media = content_type.split(";", 1)[0].strip().lower()
             if media not in JSON_TYPES:
                 return ServeError(
