@@ -303,9 +303,8 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
                 image = gr.File(
                     label="Image (PNG, JPEG, GeoTIFF)", file_types=UPLOAD_TYPES, type="filepath", elem_id="upload"
                 )
-                shown = examples if examples is not None else example_images(None)
-                if shown:
-                    gr.Examples(examples=[[p] for p in shown], inputs=[image], label="Example images")
+                if examples:
+                    gr.Examples(examples=[[p] for p in examples], inputs=[image], label="Example images")
                 info = gr.Markdown(elem_id="image-info")
                 with gr.Accordion("Settings", open=False):
                     temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0: greedy)")
