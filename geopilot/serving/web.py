@@ -10,7 +10,6 @@ Two events run a turn: the Ask button's (streams into the chat; private) and `/a
 continues the conversation of that client's session).
 """
 
-from __future__ import annotations
 
 import asyncio
 import html
@@ -108,6 +107,11 @@ class DemoRunner:
 
     def __init__(self, pilot, config: ServeConfig, batcher: Batcher):
         self.pilot, self.config, self.batcher = pilot, config, batcher
+        self.running: dict[str, Job] = {}  # the job each tab (Gradio session) runs now: what Stop cancels
+
+    def stop(self, session: str) -> None:
+        if (job := self.running.get(session)) is not None:
+            self.batcher.cancel(job)
 
     def open_image(self, path: str):
         """The upload checked with the API's limits (body size, pixels) and loaded."""
@@ -131,7 +135,12 @@ class DemoRunner:
         )
 
     async def turn(
-        self, state: Conversation, question: str, temperature: float = 0.0, max_tokens: int | None = None
+        self,
+        state: Conversation,
+        question: str,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        session: str = "",
     ) -> AsyncIterator[str | Turn]:
         """Yields the answer as it is decoded (the text so far), then the finished Turn (and updates `state`)."""
         from geopilot.serving.api import _admit, _job_error, geojson_of
@@ -143,6 +152,7 @@ class DemoRunner:
         job = Job(request, self.options(temperature, max_tokens or self.config.max_new_tokens), self.config.max_rounds)
         job.slot = _admit(self.batcher)
         job.on_text = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
+        self.running[session] = job
         self.batcher.submit(job)
         job.future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, end))
         text = ""
@@ -151,12 +161,15 @@ class DemoRunner:
             while (item := await asyncio.wait_for(pieces.get(), max(0.0, deadline - loop.time()))) is not end:
                 text += item
                 yield text
+            if job.cancelled.is_set():
+                raise ServeError(499, "Stopped: the answer was not finished, and the question is not kept.")
             if job.future.exception() is not None:
                 raise _job_error(job.future.exception())
             result = job.future.result()
         except TimeoutError:
             raise ServeError(504, f"the request took longer than {self.config.request_timeout_s:g} s") from None
         finally:
+            self.running.pop(session, None)
             if not job.future.done():  # stopped, timed out or the tab left: free the slot, stop decoding
                 self.batcher.cancel(job)
         yield await asyncio.to_thread(self._finish, state, question, result, geojson_of(result))
@@ -176,7 +189,8 @@ class DemoRunner:
             }
             for c in result.tool_calls
         ]
-        plans = [m.reasoning for m in result.messages if getattr(m, "role", "") == "assistant" and m.reasoning]
+        this_turn = result.messages[len(state.history) :]  # the history comes back first
+        plans = [m.reasoning for m in this_turn if getattr(m, "role", "") == "assistant" and m.reasoning]
         if plans:
             trace.insert(0, {"plan": plans[0]})
         note = OUTCOME_LINES.get(result.outcome, "") or (
@@ -240,8 +254,18 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
         shown = None if reason else map_html(report["bounds_wgs84"], None)
         return state, [], info, gr.Tab(visible=reason is None), shown or "", state.loaded.image, []
 
-    async def chat(path, question, state, temperature, max_tokens, regenerate=False):
+    async def chat(path, question, state, temperature, max_tokens, request: gr.Request, regenerate=False):
         idle = gr.Button(interactive=True)
+        if (request.session_hash or "") in runner.running:  # never two at once from one tab
+            yield (
+                state,
+                gr.skip(),
+                *(gr.skip(),) * 3,
+                "Wait for the answer (or press Stop) first.",
+                gr.skip(),
+                gr.skip(),
+            )
+            return
         if regenerate and state is not None and state.before_last is not None:
             question = state.chat[-2]["content"]
             state.history, state.chat = (list(x) for x in state.before_last)
@@ -259,7 +283,7 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
         busy = gr.Button(interactive=False)
         yield state, asked, gr.skip(), gr.skip(), gr.skip(), "Thinking...", busy, ""
         try:
-            async for item in runner.turn(state, question, temperature, max_tokens):
+            async for item in runner.turn(state, question, temperature, max_tokens, request.session_hash or ""):
                 if isinstance(item, str):
                     yield state, [*asked, {"role": "assistant", "content": item}], *(gr.skip(),) * 3, "", busy, ""
                 else:
@@ -290,8 +314,12 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
             raise gr.Error(friendly(err)) from None
         return turn.answer, turn.drawn, turn.trace, state
 
-    def regenerate(path, state, temperature, max_tokens):
-        return chat(path, "", state, temperature, max_tokens, regenerate=True)
+    async def regenerate(path, state, temperature, max_tokens, request: gr.Request):
+        async for update in chat(path, "", state, temperature, max_tokens, request, regenerate=True):
+            yield update
+
+    def stop(request: gr.Request):
+        runner.stop(request.session_hash or "")
 
     with gr.Blocks(title=f"GeoPilot: {config.model_name}") as demo:
         state = gr.State(None)
@@ -330,7 +358,7 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
                     trace = gr.JSON(label="trace", elem_id="trace")
         answer = gr.Textbox(visible=False)
         ui_outputs = [state, chatbot, drawn, trace, map_view, status, ask_button, question]
-        asking = gr.on(
+        gr.on(
             [ask_button.click, question.submit],
             chat,
             [image, question, state, temperature, max_tokens],
@@ -338,12 +366,8 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
             api_visibility="private",
             trigger_mode="once",  # never two at once from one tab
         )
-        again = again_button.click(
-            regenerate, [image, state, temperature, max_tokens], ui_outputs, api_visibility="private"
-        )
-        stop_button.click(
-            lambda: gr.Button(interactive=True), None, ask_button, cancels=[asking, again], api_visibility="private"
-        )
+        again_button.click(regenerate, [image, state, temperature, max_tokens], ui_outputs, api_visibility="private")
+        stop_button.click(stop, None, None, api_visibility="private", queue=False)
         clear_button.click(
             lambda s: (Conversation(image_path=s.image_path, loaded=s.loaded) if s else None, [], None, None, ""),
             state,

@@ -51,6 +51,7 @@ def test_ask_draws_the_tool_results_and_a_follow_up_continues(demo_url, connect,
     follow_up, _, follow_trace = client.predict(None, "and what else is there?", api_name="/ask")
     # the scripted model answers the history's question only when the history is in the prompt
     assert follow_up == "There are 2 planes." and not [step for step in follow_trace if "tool" in step]
+    assert {"plan": "Counting needs the detector."} not in follow_trace  # only this turn's reasoning
 
 
 def test_a_first_question_without_an_image_and_a_corrupt_upload_are_one_line_errors(demo_url, connect, tmp_path):
@@ -93,3 +94,24 @@ def test_demo_needs_the_key_and_a_key_link_becomes_a_cookie(demo_url):
         page = browser.get(demo_url)  # the cookie alone now
         assert page.status_code == 200 and "gradio" in page.text.lower()
     assert httpx.get(demo_url.replace("/demo/", "/v1/models"), cookies={"geopilot_key": KEY}).status_code == 401
+
+
+def test_a_georeferenced_image_gets_a_map_and_one_without_crs_says_why(tmp_path):
+    pytest.importorskip("rasterio")
+    from helpers.geo_fixtures import write_scene
+
+    from geopilot.serving.web import image_facts, map_html, no_map_reason
+
+    report, notes = image_facts(str(write_scene(tmp_path / "utm.tif")))
+    assert no_map_reason(report, notes) is None
+    west, south, east, north = report["bounds_wgs84"]
+    ship = {
+        "type": "Feature",
+        "properties": {"label": "ship"},
+        "geometry": {"type": "Point", "coordinates": [15, 37.9]},
+    }
+    page = map_html(report["bounds_wgs84"], {"type": "FeatureCollection", "features": [ship]})
+    assert f"{south}" in page and f"{east}" in page and "ship" in page  # the footprint and the results
+    assert "tile.openstreetmap" not in page  # no tile server
+    bare, bare_notes = image_facts(str(write_scene(tmp_path / "bare.tif", crs=None)))
+    assert "no CRS" in no_map_reason(bare, bare_notes)
