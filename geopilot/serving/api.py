@@ -79,7 +79,7 @@ class AuthGate:
         if key_matches(header.decode("latin-1") if header else None, self.key) or (
             demo and web_login.same_key(web_login.cookie_key(headers), self.key)
         ):
-            return await self.app(scope, receive, send)
+            return await self.app(scope, receive, web_login.framing_refused(send) if demo else send)
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
         if demo:  # a browser passes the key once: the login form or `?key=` becomes a cookie

@@ -10,7 +10,6 @@ Two events run a turn: the Ask button's (streams into the chat; private) and `/a
 continues the conversation of that client's session).
 """
 
-
 import asyncio
 import html
 from collections.abc import AsyncIterator
@@ -337,7 +336,11 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
                 with gr.Accordion("Settings", open=False):
                     temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0: greedy)")
                     max_tokens = gr.Slider(
-                        16, config.max_new_tokens, value=config.max_new_tokens, step=16, label="Max tokens per turn"
+                        1,
+                        max(2, config.max_new_tokens),  # a slider needs two ends; the server's limit still applies
+                        value=config.max_new_tokens,
+                        step=1,
+                        label="Max tokens per turn",
                     )
             with gr.Column(scale=2):
                 chatbot = gr.Chatbot(label="Conversation", elem_id="chat", height=420)

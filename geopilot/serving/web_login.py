@@ -79,3 +79,15 @@ async def refuse(scope, send, message: str) -> None:
     headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 401, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def framing_refused(send):
+    """`send` adding what the demo's pages need against clickjacking and leaking addresses to other sites."""
+    extra = [(b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer")]
+
+    async def with_headers(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return with_headers
