@@ -4,6 +4,7 @@
     geopilot serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY | env GEOPILOT_API_KEY]
                    [--tools configs/tools.yaml] [--max-batch N] [--batch-wait-ms MS] [--controller URL]
                    [--engine-url URL] [--allow-unknown-tools] [--prefix-cache N] [--prefix-cache-ttl S]
+                   [--examples DIR]
 
 `--engine-url` generates the LLM turns on an OpenAI-compatible server (vLLM serving DIR) while the tools run
 here. Without an API key the server only binds to loopback. Bad arguments exit 2 with one line.
