@@ -83,6 +83,7 @@ setup(
     package_dir=PACKAGE_DIRS,
     package_data={
         "geopilot": ["py.typed", "vocabulary.yaml"],
+        "geopilot.serving": ["leaflet/*"],  # Leaflet 1.9.4 from npm (BSD-2): the demo's map works offline
         "geopilot.data_gen": ["prompts/*.txt"],
         "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg", "data/chain_images/*"],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],

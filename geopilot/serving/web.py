@@ -14,6 +14,7 @@ import asyncio
 import html
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -76,19 +77,26 @@ def describe(report: dict, notes: tuple[str, ...]) -> str:
     return "  \n".join(lines + [f"Note: {n}" for n in notes])
 
 
-def map_html(bounds: list[float] | None, geojson: dict | None) -> str:
-    """A folium map of the image footprint and the results (no tile layer: nothing is fetched from a tile server)."""
+def map_html(bounds: list[float], geojson: dict | None) -> str:
+    """A folium map of the image footprint and the results, drawn by the Leaflet copy shipped in this package
+    (geopilot/serving/leaflet, BSD-2): no CDN and no tile layer, so it works offline."""
     import folium
 
     west, south, east, north = bounds
     canvas = folium.Map(tiles=None, control_scale=True)
-    folium.Rectangle([[south, west], [north, east]], color="#2563eb", fill=False, tooltip="image footprint").add_to(
-        canvas
-    )
+    canvas.default_js, canvas.default_css = [], []  # folium's CDN links; the local Leaflet is inlined below
+    footprint = folium.Rectangle([[south, west], [north, east]], color="#2563eb", fill=False, tooltip="footprint")
+    footprint.add_to(canvas)
     if geojson and geojson["features"]:
         folium.GeoJson(geojson, name="tool results").add_to(canvas)
     canvas.fit_bounds([[south, west], [north, east]])
-    return canvas._repr_html_()
+    leaflet = resources.files("geopilot.serving").joinpath("leaflet")
+    inline = (
+        f"<style>{leaflet.joinpath('leaflet.css').read_text(encoding='utf-8')}</style>"
+        f"<script>{leaflet.joinpath('leaflet.js').read_text(encoding='utf-8')}</script>"
+    )
+    page = canvas.get_root().render().replace("<head>", "<head>" + inline, 1)
+    return f'<iframe title="map" srcdoc="{html.escape(page)}" style="width:100%;height:420px;border:0"></iframe>'
 
 
 def no_map_reason(report: dict | None, notes: tuple[str, ...]) -> str | None:

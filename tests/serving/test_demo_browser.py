@@ -5,6 +5,7 @@ copies of them."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -34,6 +35,11 @@ def test_demo_upload_ask_follow_up_stop_and_clear(scripted_pilot, tmp_path):
         scene = tmp_path / "scene.png"
         scene.write_bytes(png_bytes(320, 240, seed=3))
     width, height = Image.open(scene).size
+    georeferenced = None
+    if importlib.util.find_spec("rasterio") is not None:
+        from helpers.geo_fixtures import write_scene
+
+        georeferenced = write_scene(tmp_path / "utm.tif")
     config = ServeConfig(model_name="geopilot-demo", api_key=KEY)
     app = create_app(scripted_pilot(delay_s=0.3), config, examples=example_images(scene.parent))
     artifacts = Path(os.environ.get("GEOPILOT_ARTIFACTS_DIR", ROOT / "build" / "test-artifacts"))
@@ -94,5 +100,22 @@ def test_demo_upload_ask_follow_up_stop_and_clear(scripted_pilot, tmp_path):
             driver.find_element(By.ID, "clear").click()
             wait.until(lambda d: "There are 2 planes." not in chat())
             driver.save_screenshot(str(artifacts / "web_cleared.png"))
+
+            if georeferenced is not None:  # a GeoTIFF with a CRS: the Map tab draws the footprint offline
+                driver.find_element(By.CSS_SELECTOR, "#upload button[aria-label='Clear']").click()
+                wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#upload input[type=file]"))
+                driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(georeferenced))
+                wait.until(lambda d: "EPSG:32633" in d.find_element(By.ID, "image-info").text)
+                tabs = wait.until(
+                    lambda d: [
+                        t for t in d.find_elements(By.XPATH, "//button[normalize-space()='Map']") if t.is_displayed()
+                    ]
+                )
+                tabs[0].click()
+                frame = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#map iframe"))
+                driver.switch_to.frame(frame)
+                wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".leaflet-container path"))  # the footprint
+                driver.switch_to.default_content()
+                driver.save_screenshot(str(artifacts / "web_map.png"))
         finally:
             driver.quit()

@@ -112,6 +112,7 @@ def test_a_georeferenced_image_gets_a_map_and_one_without_crs_says_why(tmp_path)
     }
     page = map_html(report["bounds_wgs84"], {"type": "FeatureCollection", "features": [ship]})
     assert f"{south}" in page and f"{east}" in page and "ship" in page  # the footprint and the results
-    assert "tile.openstreetmap" not in page  # no tile server
+    assert "tile.openstreetmap" not in page and "https://" not in page  # no tile server, no CDN
+    assert "Leaflet" in page  # the package's own copy, inlined
     bare, bare_notes = image_facts(str(write_scene(tmp_path / "bare.tif", crs=None)))
     assert "no CRS" in no_map_reason(bare, bare_notes)
