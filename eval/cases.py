@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from geopilot.errors import GeoPilotInputError, describe_validation_error
-from geopilot.fileio import iter_jsonl
+from geopilot.fileio import iter_jsonl, regular_file
 
 Difficulty = Literal["easy", "medium", "hard"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
@@ -121,7 +121,12 @@ class CaseSet(BaseModel):
 
 
 def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    regular_file(path, "case file")  # a FIFO would hang the hash
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_case_file(out: Path, cases: list[dict], version: str, count_by: tuple[str, ...]) -> dict:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, one_line
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(command.run(args) or 0)
     except GeoPilotInputError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

@@ -16,8 +16,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from geopilot.argtypes import finite_float
-from geopilot.errors import ConfigError, describe_validation_error
-from geopilot.fileio import atomic_write
+from geopilot.errors import ConfigError, GeoPilotInputError, describe_validation_error
+from geopilot.fileio import MiB, atomic_write, read_bounded
+
+CONFIG_MAX_BYTES = 16 * MiB  # the largest config file read (ours are a few KB)
 
 ConfigT = TypeVar("ConfigT", bound="StrictConfig")
 
@@ -140,12 +142,18 @@ def merge(base: dict, update: dict) -> dict:
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_bounded(path, CONFIG_MAX_BYTES, "config file").decode("utf-8"))
+    except GeoPilotInputError as err:
+        raise ConfigError(str(err)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (expected YAML)") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nested too deep to read") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).splitlines())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

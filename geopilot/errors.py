@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 UNKNOWN_KEY = "unknown key (misspelt?)"
+ECHO_CHARS = 200  # the most of a user's input an error message repeats
+PROBLEMS_SHOWN = 10  # a message lists this many problems of a pydantic error, then "... and N more"
 
 
 class GeoPilotError(Exception):
@@ -57,10 +59,27 @@ class WeightsError(GeoPilotInputError):
     """Weights that are missing, unsafe (pickled code) or do not match the architecture."""
 
 
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """`repr(value)` for an error message, clipped like any echoed input."""
+    return clipped(repr(value), limit)
+
+
+def one_line(err: BaseException, limit: int = 2000) -> str:
+    """An error's whole message on one line (a library's page joined), cut at `limit` characters."""
+    text = " ".join(str(err).strip().splitlines()) or type(err).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def first_line(err: BaseException, empty: str | None = None) -> str:
     """The first line of an exception's message (libraries raise pages), or `empty` / its type name when blank."""
     text = str(err).strip()
     return text.splitlines()[0] if text else (empty or type(err).__name__)
+
+
+def clipped(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` (the user's input an error message repeats: a name, a key, a repr) cut to its first `limit`
+    characters and its length, so a 5 MB name never comes back whole."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def validation_problems(
@@ -79,7 +98,7 @@ def validation_problems(
         tag = next((i for i in range(1, len(loc)) if loc[i] in union_tags and isinstance(loc[i - 1], int)), None)
         if tag is not None:
             del loc[tag]
-        key = ".".join(str(part) for part in ([under] if under else []) + loc)
+        key = clipped(".".join(str(part) for part in ([under] if under else []) + loc))  # a key is input too
         message = unknown_key if problem["type"] == "extra_forbidden" else problem["msg"].removeprefix("Value error, ")
         problems.append((key, message))
     return problems
@@ -95,8 +114,8 @@ def describe_validation_error(
     """Every problem of a pydantic error on one line, each naming its dotted key: `source: train.lr: Input should be
     a valid number; data.alpha: ...` (the keys and messages of `validation_problems`). The config loader, tool params,
     tool options, data_gen replies, chat requests and histories, case files and plans all use this."""
-    text = "; ".join(
-        f"{key}: {message}" if key else message
-        for key, message in validation_problems(err, unknown_key, under, union_tags)
-    )
+    problems = validation_problems(err, unknown_key, under, union_tags)
+    text = "; ".join(f"{key}: {message}" if key else message for key, message in problems[:PROBLEMS_SHOWN])
+    if len(problems) > PROBLEMS_SHOWN:  # 10,000 bad boxes are one line, not a page
+        text += f"; ... and {len(problems) - PROBLEMS_SHOWN:,} more"
     return f"{source}: {text}" if source else text

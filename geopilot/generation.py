@@ -138,15 +138,20 @@ class KVSession:
         options: GenerationOptions,
         reuse_cache: bool = True,
         logits_processor=None,
+        image_grid_thw=None,
     ):
+        """`pixel_values` and `image_grid_thw` as the model's processor writes them (a grid: one row per image of a
+        native-resolution family, whose pixel rows are each image's patches, concatenated)."""
         import torch
         from transformers import DynamicCache
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
         from geopilot.batch import collate
+        from geopilot.families import family_of_model
         from geopilot.render import Rendered
 
         self.model, self.tokenizer, self.reuse_cache = model, tokenizer, reuse_cache
+        self.family = family_of_model(model)
         if options.seed is not None:
             torch.manual_seed(options.seed)
         self.generation_config = options.generation_config(tokenizer)
@@ -157,17 +162,26 @@ class KVSession:
         self.mask = batch["attention_mask"].to(model.device)
         self.rows = list(range(len(prompts)))
         self.lacks_eos = [False] * len(prompts)
-        self.pixel_values = pixel_values.to(model.device, model.dtype)
+        pixel_values = pixel_values.to(model.device, model.dtype)
+        rows = [1] * len(prompts) if image_grid_thw is None else image_grid_thw.prod(-1).tolist()
+        self.pixel_rows = list(torch.split(pixel_values, rows))  # per conversation, so finished rows can leave
+        self.grid_rows = None if image_grid_thw is None else list(torch.split(image_grid_thw.to(model.device), 1))
+        self.positions = None  # the family's position state after the first turn (Qwen2.5-VL: its rope deltas)
         self.cache = DynamicCache(config=model.config)
         self.started = False
         start = time.perf_counter()
         with torch.inference_mode():
-            features = model.get_image_features(pixel_values=self.pixel_values, return_dict=True).pooler_output
-            if self.pixel_values.is_cuda:  # time the work, not the launch
-                torch.cuda.synchronize(self.pixel_values.device)
+            features = self.family.image_features(model, pixel_values, self._grid())
+            if pixel_values.is_cuda:  # time the work, not the launch
+                torch.cuda.synchronize(pixel_values.device)
         # only the projected features are kept (not every vision layer's hidden states); they are used once
         self.image_outputs = BaseModelOutputWithPooling(pooler_output=features)
         self.encode_seconds = time.perf_counter() - start
+
+    def _grid(self):
+        import torch
+
+        return None if self.grid_rows is None else torch.cat(self.grid_rows)
 
     def _keep(self, rows: list[int]) -> None:
         """Drop the rows not in `rows` (finished conversations) from the tensors and the cache."""
@@ -180,7 +194,11 @@ class KVSession:
         index = [self.rows.index(r) for r in rows]
         selected = torch.tensor(index, device=self.sequences.device)
         self.sequences, self.mask = self.sequences[selected], self.mask[selected]
-        self.pixel_values = self.pixel_values[selected]
+        self.pixel_rows = [self.pixel_rows[i] for i in index]
+        if self.grid_rows is not None:
+            self.grid_rows = [self.grid_rows[i] for i in index]
+        if self.positions is not None:
+            self.positions = self.positions[selected]
         if self.image_outputs is not None:
             self.image_outputs.pooler_output = [self.image_outputs.pooler_output[i] for i in index]
         if self.started:
@@ -199,7 +217,9 @@ class KVSession:
         selected = torch.tensor([index], device=self.sequences.device)
         twin = copy.copy(self)
         twin.sequences, twin.mask = self.sequences[selected], self.mask[selected]
-        twin.pixel_values = self.pixel_values[selected]
+        twin.pixel_rows = [self.pixel_rows[index]]
+        twin.grid_rows = None if self.grid_rows is None else [self.grid_rows[index]]
+        twin.positions = None if self.positions is None else self.positions[selected]
         twin.cache = copy.copy(self.cache)
         twin.cache.layers = [copy.copy(layer) for layer in self.cache.layers]
         twin.cache.batch_select_indices(selected)  # new tensors: the layers' own are not touched
@@ -260,10 +280,14 @@ class KVSession:
         kwargs: dict[str, Any] = {}
         if not self.started:
             kwargs["mm_encoder_outputs"] = {"image": self.image_outputs}
+            kwargs.update(self.family.vision_kwargs(self.model.config.image_token_id, self.sequences, self._grid()))
         elif not self.reuse_cache:  # the baseline: forget the cache, re-encode the image, re-prefill everything
             self.cache = DynamicCache(config=self.model.config)
-            kwargs["pixel_values"] = self.pixel_values
+            kwargs["pixel_values"] = torch.cat(self.pixel_rows)
+            kwargs.update(self.family.vision_kwargs(self.model.config.image_token_id, self.sequences, self._grid()))
             new_tokens = self.mask.sum(dim=1).tolist()
+        else:  # the model keeps one position state; this session's goes back in before its cache is extended
+            self.family.set_position_state(self.model, self.positions)
         if stream is not None and len(rows) == 1:
             kwargs["streamer"] = _streamer(self.tokenizer, stream)
         if self.logits_processor is not None:
@@ -275,6 +299,7 @@ class KVSession:
         if max_new_tokens is not None:
             config.max_new_tokens = min(config.max_new_tokens, max_new_tokens)
         lookup = self.started and self.reuse_cache and len(rows) == 1 and not keep_logits and self.lookup_tokens > 0
+        lookup = lookup and self.family.PROMPT_LOOKUP
         with torch.inference_mode():
             if lookup and not config.do_sample and config.repetition_penalty == 1.0:
                 out = _lookup_decode(
@@ -290,6 +315,7 @@ class KVSession:
                 )
         seconds = time.perf_counter() - start
         self.started, self.image_outputs, self.turn_start = True, None, width
+        self.positions = self.family.position_state(self.model)
         self.cache = out.cache
         generated = out.sequences[:, width:]
         new_mask = torch.zeros_like(generated)

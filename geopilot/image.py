@@ -5,7 +5,8 @@ Rules, in order:
    and the square of the longest side, because the model pads every image to a square of its long side (a 143-byte
    1 x 20000 PNG would otherwise cost a 20000 x 20000 buffer). A GeoTIFF over the limit is read decimated to fit it
    (GDAL reads overviews or subsamples); any other format is refused (`ImageTooLargeError`, 413 in the API), as is
-   one over Pillow's own decompression-bomb limit. A GeoTIFF is never decoded whole: its picture is a decimated read
+   one over Pillow's own decompression-bomb limit, and one longer than `PAD_FREE_SIDE` whose long side is over
+   `MAX_ASPECT_RATIO` times its short one (an 86-byte 6324 x 1 PNG would cost a 40 M-pixel square per request). A GeoTIFF is never decoded whole: its picture is a decimated read
    of at most 2048 px a side, and tools read it through `LoadedImage.raster` (`geopilot.raster`).
 2. Data deeper than 8 bits (16-bit, 32-bit int, float) is stretched to 8 bits per band with a percentile rule:
    `lo, hi = percentile(band, 2), percentile(band, 98)` over valid values (finite, and not the GeoTIFF's nodata),
@@ -40,13 +41,16 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from geopilot.bands import BandChoice, choose_bands
-from geopilot.errors import ImageInputError, ImageTooLargeError
+from geopilot.errors import GeoPilotInputError, ImageInputError, ImageTooLargeError
+from geopilot.fileio import regular_file
 
 if TYPE_CHECKING:
     from geopilot.raster import RasterSource
     from geopilot.sample import Modality
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 10k x 10k; training data and the API can set their own
+MAX_ASPECT_RATIO = 20  # long side / short side, for images with a side over PAD_FREE_SIDE (rule 1)
+PAD_FREE_SIDE = 2048  # up to this long side the padded square is cheap, whatever the shape
 STRETCH_PERCENTILES = (2.0, 98.0)
 GREY_SPREAD = 2.0  # rule 4: mean max-min channel spread (8-bit levels) below which an image has no colour
 MODALITY_SAMPLE_PIXELS = 1_000_000  # rule 4 looks at a regular subsample of at most this many pixels
@@ -146,7 +150,8 @@ def _pil_to_array(image: Image.Image) -> np.ndarray:
 
 
 def check_size(width: int, height: int, max_pixels: int, name: str) -> None:
-    """Rule 1: refuse an empty image, more than `max_pixels` pixels, or a padded square over `max_pixels`."""
+    """Rule 1: refuse an empty image, more than `max_pixels` pixels, a padded square over `max_pixels`, or a long
+    strip (over `PAD_FREE_SIDE` and `MAX_ASPECT_RATIO`). Every entry point calls it on the header, before decoding."""
     if width <= 0 or height <= 0:
         raise ImageInputError(f"{name}: the image is empty ({width}x{height} pixels)")
     if width * height > max_pixels:
@@ -159,6 +164,11 @@ def check_size(width: int, height: int, max_pixels: int, name: str) -> None:
         raise ImageTooLargeError(
             f"{name}: {width}x{height} is padded to a {side}x{side} square for the model ({side * side:,} pixels), "
             f"over the limit of {max_pixels:,}; crop it into tiles closer to square"
+        )
+    if side > PAD_FREE_SIDE and side > MAX_ASPECT_RATIO * min(width, height):
+        raise ImageTooLargeError(
+            f"{name}: {width}x{height} is over {MAX_ASPECT_RATIO}:1 with a side over {PAD_FREE_SIDE} px (the model "
+            f"pads it to a {side}x{side} square); crop it into tiles closer to square"
         )
 
 
@@ -225,8 +235,10 @@ def load_image(
     path = Path(source)
     if path.is_dir():
         raise ImageInputError(f"{path}: is a directory, not an image file")
-    if not path.is_file():
-        raise ImageInputError(f"image not found: {path}")
+    try:
+        regular_file(path, "image")  # missing, a directory, a FIFO (it would hang), a device: said as what it is
+    except GeoPilotInputError as err:
+        raise ImageInputError(str(err)) from None
     if path.suffix.lower() in GEOTIFF_SUFFIXES and rasterio_available():
         from geopilot.raster import open_raster
 

@@ -1,10 +1,14 @@
-"""The model: `transformers.LlavaForConditionalGeneration` in the llava-hf layout (loads in plain transformers and vLLM).
+"""The model config, building, saving and loading; what differs per base lives in `geopilot.families` (docs/models.md).
 
-Three ways to build it (`ModelConfig.init`):
-  llava_hf     a llava-hf LLaVA-1.5-7B directory (the paper's initialisation)
-  clip_vicuna  a CLIP-ViT-L/14-336 directory + a Vicuna-7B-v1.5 directory + a fresh 2-layer GELU projector
-  tiny         a small random config, for tests and CPU runs
-Always: vision feature layer -2, feature select "default" (CLS dropped), pad-to-square with the CLIP mean colour.
+`ModelConfig.family` picks the base: `llava` (default, the paper's LLaVA-1.5 as
+`transformers.LlavaForConditionalGeneration` in the llava-hf layout) or `qwen2_5_vl` (Qwen2.5-VL at native
+resolution). Ways to build it (`ModelConfig.init`):
+  llava_hf     llava: a llava-hf LLaVA-1.5-7B directory (the paper's initialisation)
+  clip_vicuna  llava: a CLIP-ViT-L/14-336 directory + a Vicuna-7B-v1.5 directory + a fresh 2-layer GELU projector
+  pretrained   qwen2_5_vl: a Qwen2.5-VL directory as transformers writes it (`path`)
+  tiny         a small random model of the family, for tests and CPU runs
+LLaVA always: vision feature layer -2, feature select "default" (CLS dropped), pad-to-square with the CLIP mean colour.
+Saved models load in plain transformers and vLLM; `load_model` picks the family from config.json's `model_type`.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field, model_validator
+
 from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.config import StrictConfig
 from geopilot.device import resolve_device
 from geopilot.errors import ConfigError, WeightsError, first_line
-from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, prepare_tokenizer, tiny_tokenizer
+from geopilot.families import family_of_dir, family_of_model, get_family
+from geopilot.families.qwen2_5_vl import TinyQwenConfig
+from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, tiny_tokenizer
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -41,8 +49,13 @@ class TinyModelConfig(StrictConfig):
     seed: int = 0
 
 
+FAMILY_INITS = {"llava": ("tiny", "llava_hf", "clip_vicuna"), "qwen2_5_vl": ("tiny", "pretrained")}
+
+
 class ModelConfig(StrictConfig):
-    init: Literal["llava_hf", "clip_vicuna", "tiny"] = "tiny"
+    family: Literal["llava", "qwen2_5_vl"] = "llava"
+    init: Literal["llava_hf", "clip_vicuna", "pretrained", "tiny"] = "tiny"
+    path: str | None = None  # init=pretrained: a model directory of the family (e.g. a Qwen2.5-VL-7B-Instruct copy)
     llava_path: str | None = None  # init=llava_hf: a llava-hf checkpoint directory
     vision_path: str | None = None  # init=clip_vicuna: CLIP ViT-L/14-336 (CLIPModel or CLIPVisionModel directory)
     llm_path: str | None = None  # init=clip_vicuna: Vicuna-7B-v1.5 (LlamaForCausalLM directory)
@@ -51,6 +64,27 @@ class ModelConfig(StrictConfig):
     pad_vocab_to_multiple_of: int = 64  # llava-hf pads 32002 -> 32064
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tiny: TinyModelConfig = TinyModelConfig()
+    tiny_qwen: TinyQwenConfig = TinyQwenConfig()
+    # qwen2_5_vl: each image is resized within [min_pixels, max_pixels] (unset: Qwen's 56*56 .. 28*28*1280)
+    min_pixels: int | None = Field(None, ge=28 * 28)
+    max_pixels: int | None = Field(None, ge=28 * 28)
+
+    @model_validator(mode="after")
+    def _fits_the_family(self) -> ModelConfig:
+        if self.init not in FAMILY_INITS[self.family]:
+            raise ValueError(
+                f"init {self.init!r} does not build family {self.family!r} (it takes {', '.join(FAMILY_INITS[self.family])})"
+            )
+        if self.family != "qwen2_5_vl" and (self.min_pixels or self.max_pixels):
+            raise ValueError("min_pixels/max_pixels apply to family qwen2_5_vl (LLaVA-1.5 sees a fixed square)")
+        if self.min_pixels and self.max_pixels and self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels {self.min_pixels} is above max_pixels {self.max_pixels}")
+        return self
+
+    @property
+    def checkpoint_dir(self) -> str | None:
+        """The directory this config loads weights from (None: built from parts or random)."""
+        return {"llava_hf": self.llava_path, "pretrained": self.path}.get(self.init)
 
 
 def num_image_tokens(config) -> int:
@@ -146,7 +180,7 @@ def _build_tiny(cfg: ModelConfig):
     return model, build_processor(tokenizer, t.image_size, t.patch_size)
 
 
-def _require_dir(path: str | None, what: str) -> Path:
+def require_dir(path: str | None, what: str) -> Path:
     if not path:
         raise ConfigError(f"model config needs {what}")
     if not Path(path).is_dir():
@@ -158,7 +192,7 @@ def _build_from_llava_hf(cfg: ModelConfig):
     import torch
     from transformers import LlavaForConditionalGeneration
 
-    path = _require_dir(cfg.llava_path, "llava_path")
+    path = require_dir(cfg.llava_path, "llava_path")
     tokenizer = load_tokenizer(cfg.tokenizer_path or path)
     model = LlavaForConditionalGeneration.from_pretrained(path, dtype=getattr(torch, cfg.dtype), use_safetensors=True)
     config = model.config
@@ -178,7 +212,7 @@ def _build_from_clip_vicuna(cfg: ModelConfig):
     from transformers import AutoModelForCausalLM, CLIPVisionModel, LlavaForConditionalGeneration
     from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
 
-    vision_path, llm_path = _require_dir(cfg.vision_path, "vision_path"), _require_dir(cfg.llm_path, "llm_path")
+    vision_path, llm_path = require_dir(cfg.vision_path, "vision_path"), require_dir(cfg.llm_path, "llm_path")
     dtype = getattr(torch, cfg.dtype)
     tokenizer = load_tokenizer(cfg.tokenizer_path or llm_path)
     vision = CLIPVisionModel.from_pretrained(vision_path, dtype=dtype, use_safetensors=True)
@@ -201,21 +235,25 @@ def _build_from_clip_vicuna(cfg: ModelConfig):
 
 def text_hidden_size(cfg: ModelConfig) -> int:
     """The language model's hidden size, read from config files only (no weights), e.g. to size ZeRO buckets."""
+    return get_family(cfg.family).text_hidden_size(cfg)
+
+
+def llava_text_hidden_size(cfg: ModelConfig) -> int:
     from transformers import AutoConfig
 
     if cfg.init == "tiny":
         return cfg.tiny.text_hidden
     if cfg.init == "llava_hf":
-        return AutoConfig.from_pretrained(_require_dir(cfg.llava_path, "llava_path")).text_config.hidden_size
-    return AutoConfig.from_pretrained(_require_dir(cfg.llm_path, "llm_path")).hidden_size
+        return AutoConfig.from_pretrained(require_dir(cfg.llava_path, "llava_path")).text_config.hidden_size
+    return AutoConfig.from_pretrained(require_dir(cfg.llm_path, "llm_path")).hidden_size
 
 
-BUILDERS = {"tiny": _build_tiny, "llava_hf": _build_from_llava_hf, "clip_vicuna": _build_from_clip_vicuna}
+LLAVA_BUILDERS = {"tiny": _build_tiny, "llava_hf": _build_from_llava_hf, "clip_vicuna": _build_from_clip_vicuna}
 
 
 def build_model(cfg: ModelConfig):
-    """ModelConfig -> (LlavaForConditionalGeneration, LlavaProcessor)."""
-    return BUILDERS[cfg.init](cfg)
+    """ModelConfig -> (model, processor) of its family."""
+    return get_family(cfg.family).build(cfg)
 
 
 def save_model(model, processor, out_dir: str | Path) -> Path:
@@ -239,27 +277,21 @@ def save_model(model, processor, out_dir: str | Path) -> Path:
 def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None, adapter: str | Path | None = None):
     """GeoPilot's loading path: a saved model dir -> (model in eval mode, processor with a segment-safe tokenizer).
     `adapter`: a LoRA adapter dir from training (`export.adapter`), applied over this base and merged."""
-    import torch
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
-
     path = Path(path)
     if not (path / "config.json").is_file():
         raise WeightsError(
             f"no model at {path} (expected config.json + *.safetensors, e.g. from `geopilot init-model`)"
         )
-    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+    family = family_of_dir(path)  # a model_type of no family: one line naming the supported ones
     target = resolve_device(device)  # an unknown or absent device: one line, before any weights are read
     try:
-        model = LlavaForConditionalGeneration.from_pretrained(path, use_safetensors=True, **kwargs)
+        model, processor = family.load(path, dtype)
     except Exception as err:  # noqa: BLE001 - truncated/corrupt safetensors, missing shards: all mean a bad model dir
         first = first_line(err)
         raise WeightsError(f"{path}: the model weights cannot be read ({type(err).__name__}: {first})") from None
     if adapter is not None:
         model = apply_adapter(model, adapter)
-    model = model.to(target).eval()
-    processor = AutoProcessor.from_pretrained(path)
-    prepare_tokenizer(processor.tokenizer)
-    return model, processor
+    return model.to(target).eval(), processor
 
 
 def apply_adapter(model, adapter: str | Path):
@@ -269,6 +301,9 @@ def apply_adapter(model, adapter: str | Path):
     adapter = Path(adapter)
     if not (adapter / "adapter_config.json").is_file():
         raise WeightsError(f"no LoRA adapter at {adapter} (expected adapter_config.json, from export.adapter=true)")
+    trained_on, base = adapter_family(adapter), family_of_model(model).NAME
+    if trained_on != base:
+        raise WeightsError(f"{adapter}: a LoRA adapter trained on a {trained_on} base cannot load onto a {base} base")
     try:
         return PeftModel.from_pretrained(model, adapter).merge_and_unload()
     except Exception as err:  # noqa: BLE001 - a shape mismatch means the adapter was trained over another base
@@ -276,3 +311,16 @@ def apply_adapter(model, adapter: str | Path):
         raise WeightsError(
             f"{adapter}: the adapter does not fit this base model ({type(err).__name__}: {first})"
         ) from None
+
+
+def adapter_family(adapter: Path) -> str:
+    """The family an exported adapter was trained on (its run record; adapters from before families are LLaVA's)."""
+    import json
+
+    record = adapter / "geopilot_train.json"
+    if not record.is_file():
+        return "llava"
+    try:
+        return json.loads(record.read_text(encoding="utf-8"))["config"]["model"].get("family", "llava")
+    except (ValueError, KeyError, TypeError):
+        raise WeightsError(f"{record}: not a readable run record") from None

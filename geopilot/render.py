@@ -100,13 +100,19 @@ def render_turns(
 def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: int | None = None) -> Rendered:
     """A validated sample -> ids + labels. Too long for `max_length` is an error: cutting would drop an
     assistant turn (a sample always ends with one), and a sample is never trained with its answer cut away."""
+    rendered = render_turns(chat_turns(sample.messages), tokenizer, num_image_tokens if sample.image else 0, sample.id)
+    return check_rendered(rendered, sample, max_length)
+
+
+def check_rendered(rendered: Rendered, sample: Sample, max_length: int | None) -> Rendered:
+    """Every family's renderer ends here: an image placeholder without an image, too long for `max_length` or
+    nothing trained is an error."""
     if sample.image is None and any(
         IMAGE_PLACEHOLDER in getattr(m, "content", "") for m in sample.messages if m.role == "user"
     ):
         raise SampleError(
             "text contains the image placeholder but the sample has no image", sample_id=sample.id, field="image"
         )
-    rendered = render_turns(chat_turns(sample.messages), tokenizer, num_image_tokens if sample.image else 0, sample.id)
     if max_length is not None and len(rendered.input_ids) > max_length:
         spans = rendered.trained_spans()
         cut = sum(1 for start, end in spans if end > max_length)

@@ -68,7 +68,7 @@ def check_segment_safe(tokenizer) -> None:
         )
 
 
-def _tiny_corpus() -> list[str]:
+def tiny_corpus() -> list[str]:
     from geopilot.wire import SYSTEM_PROMPT
 
     words = (
@@ -102,7 +102,7 @@ def tiny_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + byte_pieces, show_progress=False
     )
-    bpe.train_from_iterator(_tiny_corpus() + list(corpus or []), trainer=trainer)
+    bpe.train_from_iterator(tiny_corpus() + list(corpus or []), trainer=trainer)
     merges = [tuple(pair) for pair in json.loads(bpe.to_str())["model"]["merges"]]  # LlamaTokenizer wants tuples
     tokenizer = LlamaTokenizer(
         vocab=bpe.get_vocab(),

@@ -4,19 +4,26 @@ Boxes are `[x1, y1, x2, y2]` normalised to [0, 1], rounded to 3 decimals, with x
 Beside them a detection may keep the same geometry unrounded in source pixels (`pixel_box`, `pixel_polygon`: pixels
 of the full-resolution image, a GeoTIFF's raster), which is what map coordinates are computed from; they are left
 out of the JSON when absent. Masks are COCO RLE and never reach the LLM: `llm_view` reduces an output to counts,
-labels, areas and boxes. `computed_on` says which image an output was computed on: the chat's input image, or
+labels, areas and boxes; `decode_mask` is the one way a mask is decoded, after `rle_problem` has checked its size
+and counts (pycocotools trusts both: a size claim allocates, runs past the size write past the buffer). `computed_on` says which image an output was computed on: the chat's input image, or
 `result:N`, the image artefact of the chat's call N (docs/chains.md); the registry sets it, never a backend.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+from geopilot.errors import GeoPilotInputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DECIMALS = 3
 PIXEL_FIELDS = ("pixel_box", "pixel_polygon")  # left out of the JSON when None: samples stay as they were
 INPUT_IMAGE = "input"  # `computed_on` of an output computed on the chat's own image
+MASK_MAX_PIXELS = 100_000_000  # the largest mask decoded by default (10k x 10k), as geopilot.image's DEFAULT_MAX_PIXELS
 
 
 def _unit(value: float) -> float:
@@ -36,6 +43,7 @@ def _ordered_box(box: tuple[float, float, float, float]) -> tuple[float, float, 
     return box
 
 
+PixelFloat = Annotated[float, Field(allow_inf_nan=False)]  # NaN pixels would map to NaN coordinates
 Box = Annotated[tuple[UnitFloat, UnitFloat, UnitFloat, UnitFloat], AfterValidator(_ordered_box)]
 
 
@@ -46,7 +54,7 @@ class _Strict(BaseModel):
 class RLE(_Strict):
     """COCO run-length encoding as pycocotools writes it (`counts` as a string)."""
 
-    size: tuple[int, int]  # [height, width]
+    size: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]  # [height, width]
     counts: str
 
 
@@ -57,8 +65,8 @@ class Detection(_Strict):
     polygon: list[Point] | None = None  # rotated box or outline, normalised; >= 3 points
     mask: RLE | None = None
     area: float | None = Field(default=None, ge=0.0, le=1.0)  # fraction of the image the object covers
-    pixel_box: tuple[float, float, float, float] | None = None  # `box` in source pixels, unrounded
-    pixel_polygon: list[tuple[float, float]] | None = None  # `polygon` in source pixels, unrounded
+    pixel_box: tuple[PixelFloat, PixelFloat, PixelFloat, PixelFloat] | None = None  # `box` in source pixels, unrounded
+    pixel_polygon: list[tuple[PixelFloat, PixelFloat]] | None = None  # `polygon` in source pixels, unrounded
 
     @model_validator(mode="after")
     def _polygon_has_three_points(self) -> Detection:
@@ -116,6 +124,48 @@ class ToolOutput(_Strict):
     message: str | None = None
     error: str | None = None  # the call failed (timeout, exception, invalid call): the model reads only this
     computed_on: str = Field(INPUT_IMAGE, pattern=r"^(input|result:[1-9][0-9]*)$")  # the chat's image or call N's
+
+
+def rle_problem(rle: RLE, max_pixels: int = MASK_MAX_PIXELS) -> str | None:
+    """Why `rle` cannot be decoded: more pixels than `max_pixels`, or counts that are not COCO's compressed string
+    (characters '0'..'o', 5 bits each, a run's last character without the 0x20 bit; runs after the second are
+    deltas of the run two back) or whose runs are negative or do not add up to height x width. None when it can."""
+    height, width = rle.size
+    if height * width > max_pixels:
+        return f"a {height}x{width} mask is over the limit of {max_pixels:,} pixels"
+    runs: list[int] = []
+    value, shift = 0, 0
+    for char in rle.counts:
+        code = ord(char) - 48
+        if not 0 <= code < 64:
+            return f"mask counts hold {char!r}, not a COCO RLE character"
+        value |= (code & 0x1F) << shift
+        shift += 5
+        if code & 0x20:
+            continue
+        if code & 0x10:  # the sign bit of the run's last character
+            value |= -1 << shift
+        if len(runs) > 2:
+            value += runs[-2]
+        if value < 0:
+            return f"mask counts give a negative run ({value}) at run {len(runs)}"
+        runs.append(value)
+        value, shift = 0, 0
+    if shift:
+        return "mask counts end inside a run"
+    if sum(runs) != height * width:
+        return f"mask counts cover {sum(runs):,} pixels, its size {height}x{width} has {height * width:,}"
+    return None
+
+
+def decode_mask(rle: RLE, max_pixels: int = MASK_MAX_PIXELS) -> np.ndarray:
+    """A checked mask decoded to an (height, width) uint8 array; a one-line GeoPilotInputError when it is not sound."""
+    from pycocotools import mask as mask_utils
+
+    problem = rle_problem(rle, max_pixels)
+    if problem is not None:
+        raise GeoPilotInputError(problem)
+    return mask_utils.decode({"size": list(rle.size), "counts": rle.counts.encode("ascii")})
 
 
 def _road_length(graph: RoadGraph) -> float:

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from geopilot.cancellation import CancelToken, ToolCancelled, cancel_scope
-from geopilot.errors import describe_validation_error
+from geopilot.errors import describe_validation_error, echo
 from geopilot.image import LoadedImage
 from geopilot.sample import Action, Modality
 from geopilot.tool_output import INPUT_IMAGE, Detection, ToolOutput
@@ -149,31 +149,31 @@ class ChatCalls:
         if number > made:
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: this chat has made {made} call(s), there is no call {number}",
+                f"{field} {echo(reference)}: this chat has made {made} call(s), there is no call {number}",
             )
         if number > len(self.done):
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} runs in this round; plan the call that reads it in the next round",
+                f"{field} {echo(reference)}: call {number} runs in this round; plan the call that reads it in the next round",
             )
         result = self.done[number - 1][0]
         if not result.ok:
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} ({result.tool}) failed, it has no output to use",
+                f"{field} {echo(reference)}: call {number} ({result.tool}) failed, it has no output to use",
             )
         kind = REFERENCE_PARAMS[field]
         output = result.output
         if kind == "image" and not any(a.kind == "image" for a in output.artifacts):
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} ({result.tool}) produced no image (only an image artefact, "
+                f"{field} {echo(reference)}: call {number} ({result.tool}) produced no image (only an image artefact, "
                 "e.g. remove_clouds' restored image, can be an image)",
             )
         if kind == "objects" and (output.segments or output.roads is not None or output.artifacts):
             raise ToolCallError(
                 "invalid_reference",
-                f"{field} {reference!r}: call {number} ({result.tool}) is not a detection, it has no objects to use",
+                f"{field} {echo(reference)}: call {number} ({result.tool}) is not a detection, it has no objects to use",
             )
         return result
 
@@ -214,7 +214,7 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool:
         if name not in self._tools:
-            raise ToolCallError("unknown_tool", f"unknown tool {name!r}; available: {', '.join(self._tools)}")
+            raise ToolCallError("unknown_tool", f"unknown tool {echo(name)}; available: {', '.join(self._tools)}")
         return self._tools[name]
 
     def schemas(self) -> list[dict[str, Any]]:
@@ -249,7 +249,8 @@ class ToolRegistry:
                 continue
             if calls is None:
                 raise ToolCallError(
-                    "invalid_reference", f"{field} {reference!r} names an earlier call of a chat; this call is in none"
+                    "invalid_reference",
+                    f"{field} {echo(reference)} names an earlier call of a chat; this call is in none",
                 )
             output = calls.resolve(field, reference).output
             if kind == "image":
@@ -362,7 +363,8 @@ def _artifact_image(inputs: ResolvedInputs) -> LoadedImage:
         return load_image(inputs.image_path)
     except Exception as err:  # noqa: BLE001 - pruned or unreadable: the reference is unusable, said without the path
         raise ToolCallError(
-            "invalid_reference", f"image {inputs.computed_on!r}: its file can no longer be read ({type(err).__name__})"
+            "invalid_reference",
+            f"image {echo(inputs.computed_on)}: its file can no longer be read ({type(err).__name__})",
         ) from None
 
 

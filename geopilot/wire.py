@@ -58,17 +58,17 @@ def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str) -> st
     return "\n".join(lines) + f"\n\nAnswer my first question: {question}"
 
 
-def chat_turns(messages: list[Message]) -> list[tuple[str, str]]:
+def chat_turns(messages: list[Message], tool_role: str = "user") -> list[tuple[str, str]]:
     """Sample messages -> `[(role, text)]` with role in {"user", "assistant"}: user text by `user_text`, each
     assistant turn as its compact JSON, consecutive tool messages as ONE user turn written by `format_tool_turn`
-    (quoting the question of their round)."""
+    (quoting the question of their round). `tool_role` names that turn's role (a ChatML family has a `tool` role)."""
     turns: list[tuple[str, str]] = []
     question = ""
     pending_tools: list[ToolMessage] = []
 
     def flush() -> None:
         if pending_tools:
-            turns.append(("user", format_tool_turn([(t.name, t.content) for t in pending_tools], question)))
+            turns.append((tool_role, format_tool_turn([(t.name, t.content) for t in pending_tools], question)))
             pending_tools.clear()
 
     for message in messages:

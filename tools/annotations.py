@@ -150,6 +150,11 @@ class AnnotationBackend:
         path = self._path(semantic.mask_path)
         try:
             with Image.open(path) as handle:
+                if handle.size != (self.record.width, self.record.height):  # from the header, before decoding
+                    size = f"{handle.width}x{handle.height}"
+                    raise AnnotationMissingError(
+                        f"semantic mask {path} is {size}, its image {self.record.width}x{self.record.height}"
+                    )
                 labels = np.asarray(handle)
         except OSError as err:
             raise AnnotationMissingError(f"semantic mask {path} cannot be read: {err}") from None

@@ -20,12 +20,14 @@ import json
 import sys
 from pathlib import Path
 
-from geopilot.argtypes import add_tools_config_argument
+from geopilot.argtypes import add_tools_config_argument, output_folder
 from geopilot.argtypes import bands as bands_type
 from geopilot.cli import Command
 from geopilot.config import add_override_arguments
-from geopilot.errors import GeoPilotInputError
-from geopilot.fileio import parse_json_object
+from geopilot.errors import GeoPilotInputError, echo
+from geopilot.fileio import atomic_write, overwrites_input, parse_json_object
+
+WRITTEN = ("output.json", "output.geojson", "output.gpkg", "classes.tif")  # what --out may hold afterwards
 
 
 def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +50,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
     )
     parser.add_argument(
-        "--out", default=None, help="folder for output.json, artefacts and, on a GeoTIFF, .geojson/.gpkg/classes.tif"
+        "--out",
+        type=output_folder,
+        default=None,
+        help="folder for output.json, artefacts and, on a GeoTIFF, .geojson/.gpkg/classes.tif",
     )
     parser.add_argument("--bands", type=bands_type, default=None, help="band numbers shown as RGB, e.g. 4,3,2")
     parser.add_argument("--class-polygons", action="store_true", help="semantic classes also as polygons")
@@ -91,6 +96,12 @@ def run_tool(args: argparse.Namespace) -> int:
     from geopilot.tools.registry import build_registry, load_tools_config
 
     params = parse_json_object(args.params, "--params")
+    if args.out and args.image:
+        clash = next((name for name in WRITTEN if overwrites_input(Path(args.out) / name, [args.image])), None)
+        if clash is not None:
+            raise GeoPilotInputError(
+                f"--out {echo(str(args.out))} would write {clash} over the --image: choose another"
+            )
     action = Action(tool=args.tool, params=params)
     if args.catalog:
         from geopilot.tools.indicators.tools import build_indicator_registry
@@ -137,11 +148,13 @@ def run_tool(args: argparse.Namespace) -> int:
         if result.ok and image is not None and image.georef is not None:
             from geopilot.tools.geo_files import write_beside
 
-            written = write_beside(result.output, image.georef, result.tool, out, args.class_polygons)
+            written = write_beside(
+                result.output, image.georef, result.tool, out, args.class_polygons, config.max_pixels
+            )
             report["geo_files"] = [
                 {"path": str(w.path), "features": w.features, "empty_masks": w.empty_masks} for w in written
             ]
-        (out / "output.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        atomic_write(out / "output.json", json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report))
     elif result.ok:

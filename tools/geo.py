@@ -27,8 +27,9 @@ from PIL import Image
 from shapely.geometry import LineString, MultiPolygon, Polygon, box, mapping, shape
 from shapely.geometry.base import BaseGeometry
 
+from geopilot.errors import GeoPilotInputError
 from geopilot.image import GeoRef
-from geopilot.tool_output import RLE, Detection, ToolOutput
+from geopilot.tool_output import MASK_MAX_PIXELS, RLE, Detection, ToolOutput, decode_mask
 
 SIMPLIFY_PX = 0.5  # mask outlines: Douglas-Peucker tolerance in mask pixels (stair steps of diagonal edges go)
 COORDINATE_DECIMALS = 7  # ~1 cm in degrees; RFC 7946 §11.2 says 6 (~10 cm) is enough
@@ -56,17 +57,30 @@ def wgs84_problem(georef: GeoRef) -> str | None:
     return problem(georef)
 
 
-def mask_array(rle: RLE) -> np.ndarray:
-    from pycocotools import mask as mask_utils
+def mask_fit_problem(size: tuple[int, int], georef: GeoRef) -> str | None:
+    """Why a mask of `size` (height, width) is not of this raster: larger than it, or not its shape (a mask of a
+    decimated read is the raster scaled down, each side within a pixel of rounding). None when it fits."""
+    height, width = size
+    if not (0 < height <= georef.height and 0 < width <= georef.width) or abs(
+        height * georef.width - width * georef.height
+    ) > max(georef.width, georef.height):
+        return f"a {height}x{width} mask does not fit the {georef.height}x{georef.width} image it belongs to"
+    return None
 
-    return mask_utils.decode({"size": list(rle.size), "counts": rle.counts.encode("ascii")})
+
+def mask_array(rle: RLE, georef: GeoRef, max_pixels: int = MASK_MAX_PIXELS) -> np.ndarray:
+    """The mask of `rle`, checked to be of this raster and within `max_pixels` before anything is decoded."""
+    problem = mask_fit_problem(tuple(rle.size), georef)
+    if problem is not None:
+        raise GeoPilotInputError(problem)
+    return decode_mask(rle, max_pixels)
 
 
-def mask_geometry(rle: RLE, georef: GeoRef) -> MultiPolygon | None:
+def mask_geometry(rle: RLE, georef: GeoRef, max_pixels: int = MASK_MAX_PIXELS) -> MultiPolygon | None:
     """A mask's outline in source pixels (the mask may be of a decimated read), or None for an empty mask."""
     from rasterio.features import shapes
 
-    mask = np.ascontiguousarray(mask_array(rle))
+    mask = np.ascontiguousarray(mask_array(rle, georef, max_pixels))
     if not mask.any():
         return None
     parts = [shape(geom) for geom, _ in shapes(mask, mask=mask.astype(bool), connectivity=4)]
@@ -77,10 +91,12 @@ def mask_geometry(rle: RLE, georef: GeoRef) -> MultiPolygon | None:
     return scaled if isinstance(scaled, MultiPolygon) else MultiPolygon([scaled])
 
 
-def detection_geometry(det: Detection, georef: GeoRef) -> tuple[str, BaseGeometry | None]:
+def detection_geometry(
+    det: Detection, georef: GeoRef, max_pixels: int = MASK_MAX_PIXELS
+) -> tuple[str, BaseGeometry | None]:
     """(kind, geometry in source pixels) of one detection; a zero-pixel mask gives ("mask", None)."""
     if det.mask is not None:
-        return "mask", mask_geometry(det.mask, georef)
+        return "mask", mask_geometry(det.mask, georef, max_pixels)
     scale = np.array([georef.width, georef.height])
     if det.pixel_polygon is not None:
         return "polygon", Polygon(det.pixel_polygon)
@@ -92,11 +108,13 @@ def detection_geometry(det: Detection, georef: GeoRef) -> tuple[str, BaseGeometr
     return "box", box(x1 * georef.width, y1 * georef.height, x2 * georef.width, y2 * georef.height)
 
 
-def pixel_features(output: ToolOutput, georef: GeoRef, tool: str, class_polygons: bool = False) -> PixelFeatures:
+def pixel_features(
+    output: ToolOutput, georef: GeoRef, tool: str, class_polygons: bool = False, max_pixels: int = MASK_MAX_PIXELS
+) -> PixelFeatures:
     """Every geometry of a tool output, in source pixels, with the properties a GIS shows."""
     found = PixelFeatures()
     for index, det in enumerate(output.detections):
-        kind, geometry = detection_geometry(det, georef)
+        kind, geometry = detection_geometry(det, georef, max_pixels)
         if geometry is None:
             found.empty_masks += 1
             continue
@@ -111,7 +129,7 @@ def pixel_features(output: ToolOutput, georef: GeoRef, tool: str, class_polygons
             found.features.append(PixelFeature("roads", LineString([nodes[a], nodes[b]]), properties))
     if class_polygons:
         for class_id, segment in enumerate(output.segments, start=1):
-            geometry = mask_geometry(segment.mask, georef) if segment.mask is not None else None
+            geometry = mask_geometry(segment.mask, georef, max_pixels) if segment.mask is not None else None
             if geometry is None:
                 found.empty_masks += segment.mask is not None
                 continue
@@ -142,11 +160,13 @@ def to_wgs84(geometries: Iterable[BaseGeometry], crs: str) -> list[dict]:
     return out
 
 
-def to_geojson(output: ToolOutput, georef: GeoRef, tool: str, class_polygons: bool = False) -> dict | None:
+def to_geojson(
+    output: ToolOutput, georef: GeoRef, tool: str, class_polygons: bool = False, max_pixels: int = MASK_MAX_PIXELS
+) -> dict | None:
     """An RFC 7946 FeatureCollection of the output, or None when the raster cannot be put in WGS 84."""
     if wgs84_problem(georef) is not None:
         return None
-    found = pixel_features(output, georef, tool, class_polygons)
+    found = pixel_features(output, georef, tool, class_polygons, max_pixels)
     geometries = to_wgs84((to_native(f.geometry, georef) for f in found.features), georef.crs)
     features = [
         {"type": "Feature", "geometry": geometry, "properties": f.properties}

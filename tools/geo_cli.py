@@ -4,17 +4,24 @@ Converts a saved canonical tool output (what `geopilot tools run --json` prints 
 bare ToolOutput object works too) for a georeferenced image into PATH, the format by its suffix: `.geojson` = RFC
 7946 in WGS 84, `.gpkg` = GeoPackage in the image's own CRS, `.tif` = the class-id COG of a semantic segmentation
 (geopilot.tools.geo_files). Only the image's header is read. Exit 2 for bad input (no CRS, a CRS that cannot be
-reprojected to WGS 84 for .geojson, no class masks for .tif, an unknown suffix, an unreadable output file).
+reprojected to WGS 84 for .geojson, no class masks for .tif, an unknown suffix, an unreadable output file, a tool
+output over `TOOL_OUTPUT_MAX_BYTES` or not a regular file, a mask that is not of the image or over `--max-pixels`,
+an `--out` that is an input or lies in no folder). PATH is written beside itself and renamed: a failed export
+leaves nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from geopilot.argtypes import int_in
 from geopilot.cli import Command
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, echo
+from geopilot.fileio import MiB, overwrites_input, read_json, regular_file
+from geopilot.tool_output import MASK_MAX_PIXELS
+
+TOOL_OUTPUT_MAX_BYTES = 256 * MiB  # a saved tool output: masks of a 10k x 10k scene take a few MB
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="the tool output JSON (`geopilot tools run --json`)")
     parser.add_argument("--out", required=True, help="file to write: .geojson, .gpkg or .tif")
     parser.add_argument("--class-polygons", action="store_true", help="also write semantic classes as polygons")
+    parser.add_argument(
+        "--max-pixels",
+        type=int_in(1, 10**12),
+        default=MASK_MAX_PIXELS,
+        help="the largest mask decoded (height x width); a larger size claim is refused before decoding",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,11 +42,23 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.raster import read_georef
     from geopilot.tools.geo_files import export
 
-    tool, output = read_tool_output(Path(args.output))
-    image = Path(args.image)
-    if image.suffix.lower() not in GEOTIFF_SUFFIXES or not image.is_file():
-        raise GeoPilotInputError(f"--image {image}: not a GeoTIFF file (.tif/.tiff)")
-    written = export(output, read_georef(image), tool, Path(args.out), args.class_polygons)
+    image, saved, out = Path(args.image), Path(args.output), Path(args.out)
+    if image.suffix.lower() not in GEOTIFF_SUFFIXES:
+        raise GeoPilotInputError(f"--image {echo(str(image))}: not a GeoTIFF file (.tif/.tiff)")
+    regular_file(image, "--image GeoTIFF")
+    if overwrites_input(saved, [image]):
+        raise GeoPilotInputError("--image and --output are the same file: --output is the tool output JSON")
+    clash = overwrites_input(out, [image, saved])
+    if clash is not None:
+        raise GeoPilotInputError(f"--out {echo(str(out))} is the input {echo(clash)}: refusing to write over it")
+    folder = out.resolve().parent
+    if not folder.is_dir():
+        state = "is not a folder" if folder.exists() else "does not exist"
+        raise GeoPilotInputError(f"--out {echo(str(out))}: its folder {echo(str(folder))} {state}")
+    if out.is_dir():
+        raise GeoPilotInputError(f"--out {echo(str(out))} is a folder; name the file to write")
+    tool, output = read_tool_output(saved)
+    written = export(output, read_georef(image), tool, out, args.class_polygons, args.max_pixels)
     empty = f", {written.empty_masks} zero-pixel masks left out" if written.empty_masks else ""
     what = "classes" if written.path.suffix.lower() in (".tif", ".tiff") else "features"
     print(f"{written.path}: {written.features} {what}{empty}")
@@ -47,19 +72,17 @@ def read_tool_output(path: Path):
     from geopilot.errors import describe_validation_error
     from geopilot.tool_output import ToolOutput
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise GeoPilotInputError(f"--output {path}: cannot be read as JSON ({err})") from None
+    data = read_json(path, TOOL_OUTPUT_MAX_BYTES, "--output tool output")
     if not isinstance(data, dict):
-        raise GeoPilotInputError(f"--output {path}: expected a JSON object")
+        raise GeoPilotInputError(f"--output {echo(str(path))}: expected a JSON object")
     report = "output" in data and "tool" in data
     if report and data["output"] is None:
-        raise GeoPilotInputError(f"--output {path}: the tool call failed ({data.get('error')}); nothing to export")
+        failed = f"the tool call failed ({echo(data.get('error'))})"
+        raise GeoPilotInputError(f"--output {echo(str(path))}: {failed}; nothing to export")
     try:
         output = ToolOutput.model_validate(data["output"] if report else data)
     except ValidationError as err:
-        raise GeoPilotInputError(f"--output {path}: {describe_validation_error(err)}") from None
+        raise GeoPilotInputError(f"--output {echo(str(path))}: {describe_validation_error(err)}") from None
     return (str(data["tool"]) if report else "tool"), output
 
 

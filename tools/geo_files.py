@@ -4,6 +4,8 @@
 - `.gpkg`: a GeoPackage in the raster's own CRS (metres for UTM), written with pyogrio: layers `detections`
   (MultiPolygon: boxes, rotated polygons, mask outlines), `roads` (LineString, with node ids), `classes`
   (MultiPolygon per semantic class, with `class_polygons`);
+Every file is written to a temp file beside it and renamed (`geopilot.fileio.staged`): a failed export leaves no
+half file. Masks are checked against the image and `max_pixels` before they are decoded (`geopilot.tools.geo`).
 - `.tif`: semantic segmentation as a single-band Cloud-Optimised GeoTIFF of class ids (uint8, 0 = no class = nodata;
   a later class wins where masks overlap) with the source's CRS and transform (scaled when the masks are of a
   decimated read), the class table as tags `CLASS_<id>=<label>` and a colour map.
@@ -21,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.fileio import staged
 from geopilot.image import GeoRef
-from geopilot.tool_output import ToolOutput
+from geopilot.tool_output import MASK_MAX_PIXELS, ToolOutput
 from geopilot.tools.geo import PixelFeatures, mask_array, pixel_features, to_geojson, to_native, wgs84_problem
 
 GEOJSON_SUFFIXES = (".geojson", ".json")
@@ -46,7 +49,14 @@ class Written:
     empty_masks: int = 0  # masks of zero pixels: no feature
 
 
-def export(output: ToolOutput, georef: GeoRef | None, tool: str, path: Path, class_polygons: bool = False) -> Written:
+def export(
+    output: ToolOutput,
+    georef: GeoRef | None,
+    tool: str,
+    path: Path,
+    class_polygons: bool = False,
+    max_pixels: int = MASK_MAX_PIXELS,
+) -> Written:
     """Write `output` to `path`, the format chosen by its suffix; GeoExportError says why it cannot be."""
     suffix = path.suffix.lower()
     if suffix not in GEOJSON_SUFFIXES + GPKG_SUFFIXES + RASTER_SUFFIXES:
@@ -54,60 +64,82 @@ def export(output: ToolOutput, georef: GeoRef | None, tool: str, path: Path, cla
     if georef is None or georef.crs is None:
         raise GeoExportError("the image has no CRS: tool outputs are in pixel coordinates only, nothing to map")
     if suffix in RASTER_SUFFIXES:
-        return write_class_raster(output, georef, path)
+        return write_class_raster(output, georef, path, max_pixels)
     if suffix in GPKG_SUFFIXES:
-        return write_gpkg(output, georef, tool, path, class_polygons)
-    return write_geojson(output, georef, tool, path, class_polygons)
+        return write_gpkg(output, georef, tool, path, class_polygons, max_pixels)
+    return write_geojson(output, georef, tool, path, class_polygons, max_pixels)
 
 
-def write_beside(output: ToolOutput, georef: GeoRef, tool: str, folder: Path, class_polygons: bool = False):
+def write_beside(
+    output: ToolOutput,
+    georef: GeoRef,
+    tool: str,
+    folder: Path,
+    class_polygons: bool = False,
+    max_pixels: int = MASK_MAX_PIXELS,
+):
     """The files `geopilot tools run --out` writes next to output.json: GeoJSON and GeoPackage when the output has
     geometry, the class raster when it has semantic masks. Returns what was written."""
     written = []
     has_geometry = output.detections or output.roads is not None or (class_polygons and output.segments)
     if has_geometry and georef.crs is not None:
         if wgs84_problem(georef) is None:
-            written.append(write_geojson(output, georef, tool, folder / "output.geojson", class_polygons))
-        written.append(write_gpkg(output, georef, tool, folder / "output.gpkg", class_polygons))
+            written.append(write_geojson(output, georef, tool, folder / "output.geojson", class_polygons, max_pixels))
+        written.append(write_gpkg(output, georef, tool, folder / "output.gpkg", class_polygons, max_pixels))
     if georef.crs is not None and any(s.mask is not None for s in output.segments):
-        written.append(write_class_raster(output, georef, folder / "classes.tif"))
+        written.append(write_class_raster(output, georef, folder / "classes.tif", max_pixels))
     return written
 
 
-def write_geojson(output: ToolOutput, georef: GeoRef, tool: str, path: Path, class_polygons: bool = False) -> Written:
+def write_geojson(
+    output: ToolOutput,
+    georef: GeoRef,
+    tool: str,
+    path: Path,
+    class_polygons: bool = False,
+    max_pixels: int = MASK_MAX_PIXELS,
+) -> Written:
     problem = wgs84_problem(georef)
     if problem is not None:
         raise GeoExportError(f"{problem}; write a .gpkg instead")
-    collection = to_geojson(output, georef, tool, class_polygons)
-    empty = pixel_features(output, georef, tool, class_polygons).empty_masks
-    path.write_text(json.dumps(collection) + "\n", encoding="utf-8")
+    collection = to_geojson(output, georef, tool, class_polygons, max_pixels)
+    empty = pixel_features(output, georef, tool, class_polygons, max_pixels).empty_masks
+    with staged(path) as staging:
+        staging.write_text(json.dumps(collection) + "\n", encoding="utf-8")
     return Written(path, len(collection["features"]), empty)
 
 
-def write_gpkg(output: ToolOutput, georef: GeoRef, tool: str, path: Path, class_polygons: bool = False) -> Written:
+def write_gpkg(
+    output: ToolOutput,
+    georef: GeoRef,
+    tool: str,
+    path: Path,
+    class_polygons: bool = False,
+    max_pixels: int = MASK_MAX_PIXELS,
+) -> Written:
     import shapely
     from pyogrio import raw
 
-    found: PixelFeatures = pixel_features(output, georef, tool, class_polygons)
-    path.unlink(missing_ok=True)  # a fresh file, not layers appended to an old one
+    found: PixelFeatures = pixel_features(output, georef, tool, class_polygons, max_pixels)
     layers = dict.fromkeys(f.layer for f in found.features) or {"detections": None}
-    for layer in layers:
-        rows = [f for f in found.features if f.layer == layer]
-        geometry = np.array([shapely.to_wkb(to_native(f.geometry, georef)) for f in rows], dtype=object)
-        names = list(dict.fromkeys(key for f in rows for key in f.properties)) or ["tool"]
-        columns = [_column([f.properties.get(name) for f in rows]) for name in names]
-        kind = LAYER_TYPES[layer]
-        raw.write(
-            str(path),
-            geometry,
-            columns,
-            names,
-            layer=layer,
-            driver="GPKG",
-            geometry_type=kind,
-            crs=georef.crs,
-            promote_to_multi=kind.startswith("Multi"),
-        )
+    with staged(path) as staging:  # a fresh file, not layers appended to an old one
+        for layer in layers:
+            rows = [f for f in found.features if f.layer == layer]
+            geometry = np.array([shapely.to_wkb(to_native(f.geometry, georef)) for f in rows], dtype=object)
+            names = list(dict.fromkeys(key for f in rows for key in f.properties)) or ["tool"]
+            columns = [_column([f.properties.get(name) for f in rows]) for name in names]
+            kind = LAYER_TYPES[layer]
+            raw.write(
+                str(staging),
+                geometry,
+                columns,
+                names,
+                layer=layer,
+                driver="GPKG",
+                geometry_type=kind,
+                crs=georef.crs,
+                promote_to_multi=kind.startswith("Multi"),
+            )
     return Written(path, len(found.features), found.empty_masks)
 
 
@@ -119,7 +151,7 @@ def _column(values: list) -> np.ndarray:
     return np.array(["" if v is None else str(v) for v in values], dtype=object)
 
 
-def write_class_raster(output: ToolOutput, georef: GeoRef, path: Path) -> Written:
+def write_class_raster(output: ToolOutput, georef: GeoRef, path: Path, max_pixels: int = MASK_MAX_PIXELS) -> Written:
     import rasterio
     from rasterio.transform import Affine
 
@@ -128,18 +160,22 @@ def write_class_raster(output: ToolOutput, georef: GeoRef, path: Path) -> Writte
         raise GeoExportError("the output has no semantic class masks (segment_semantic): no class raster to write")
     sizes = {tuple(s.mask.size) for _, s in masked}
     if len(sizes) != 1 or len(output.segments) > 255:
-        raise GeoExportError(f"class masks must share one size and be at most 255 classes, got sizes {sorted(sizes)}")
+        shown = sorted(sizes)[:5]
+        raise GeoExportError(f"class masks must share one size and be at most 255 classes, got sizes {shown}")
     height, width = next(iter(sizes))
-    ids = np.zeros((height, width), dtype=np.uint8)
+    ids = np.zeros((0, 0), dtype=np.uint8)
     for class_id, segment in masked:
-        ids[mask_array(segment.mask).astype(bool)] = class_id
+        mask = mask_array(segment.mask, georef, max_pixels)  # its size checked before anything is allocated
+        ids = ids if ids.size else np.zeros((height, width), dtype=np.uint8)
+        ids[mask.astype(bool)] = class_id
     transform = Affine(*georef.transform) * Affine.scale(georef.width / width, georef.height / height)
     profile = {"driver": "COG", "width": width, "height": height, "count": 1, "dtype": "uint8", "nodata": 0}
     options = {"blocksize": 256, "compress": "deflate", "overview_resampling": "nearest"}
-    with rasterio.open(path, "w", crs=georef.crs, transform=transform, **profile, **options) as dst:
-        dst.write(ids, 1)
-        dst.set_band_description(1, "class id")
-        dst.update_tags(**{f"CLASS_{class_id}": s.label for class_id, s in enumerate(output.segments, start=1)})
-        colours = {i: (*PALETTE[(i - 1) % len(PALETTE)], 255) for i in range(1, len(output.segments) + 1)}
-        dst.write_colormap(1, {0: (0, 0, 0, 0), **colours})
+    with staged(path) as staging:
+        with rasterio.open(staging, "w", crs=georef.crs, transform=transform, **profile, **options) as dst:
+            dst.write(ids, 1)
+            dst.set_band_description(1, "class id")
+            dst.update_tags(**{f"CLASS_{class_id}": s.label for class_id, s in enumerate(output.segments, start=1)})
+            colours = {i: (*PALETTE[(i - 1) % len(PALETTE)], 255) for i in range(1, len(output.segments) + 1)}
+            dst.write_colormap(1, {0: (0, 0, 0, 0), **colours})
     return Written(path, len(output.segments))

@@ -32,7 +32,7 @@ from geopilot.argtypes import add_tools_config_argument, port
 from geopilot.config import add_override_arguments
 from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
-from geopilot.network import API_KEY_ENV, RequireApiKey, is_loopback, loopback_host_names, server_api_key
+from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolCallError, ToolRegistry
 
@@ -117,19 +117,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_override_arguments(parser, "device=cpu max_pixels=50000000 'image_roots=[/data/scenes]'")
 
 
-def transport_security(host: str):
-    """The MCP SDK's Host/Origin check for a loopback bind. The SDK turns it on by itself only for 127.0.0.1,
-    localhost and ::1; 127.0.0.2 or 0:0:0:0:0:0:0:1 would be left open to DNS rebinding. None off loopback."""
+def transport_security():
+    """The MCP SDK's own Host/Origin check, off: BrowserGate (`geopilot.network`) checks every request instead, by
+    the rule `geopilot serve` and `geopilot indicators serve` follow (the SDK turns its check on only for 127.0.0.1,
+    localhost and ::1, and lets any loopback Origin through)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    if not is_loopback(host):
-        return None
-    names = [f"[{n}]" if ":" in n else n for n in sorted(loopback_host_names(host))]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
-        allowed_origins=[o for n in names for o in (f"http://{n}", f"http://{n}:*")],
-    )
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import uvicorn
 
-    app = server.streamable_http_app(host=args.host, transport_security=transport_security(args.host))
-    uvicorn.run(RequireApiKey(app, key) if key else app, host=args.host, port=args.port, log_level="warning")
+    app = server.streamable_http_app(host=args.host, transport_security=transport_security())
+    gated = BrowserGate(RequireApiKey(app, key) if key else app, answered_host_names(args.host, key))
+    uvicorn.run(gated, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -6,16 +6,21 @@ checkpoint file itself: then its folder holds the rest). Each need is one file, 
 ("exactly one *.pth or *.safetensors"). `KNOWN_FILES` lists the published files with their SHA-256 where known
 (docs/weights.md has the table with sources and licences). Every check names the file: a missing one names what
 the folder holds instead (a renamed file shows up there), an empty or truncated one is refused from its own framing
-(safetensors header, zip end record) before anything loads it.
+(safetensors header, zip end record) before anything loads it, and a directory, FIFO or device where a file should
+be, or a symlink that leaves the folder (to `/etc/passwd`, say), is reported as what it is, never as present.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from geopilot.fileio import file_kind
 
 BERT_VOCAB = ("bert-base-uncased/vocab.txt", "bert-base-uncased/tokenizer.json")
 LAE_DINO_CHECKPOINT = "lae_dino_swint_lae1m-28ca3a15.pth"
@@ -98,22 +103,41 @@ def check_files(backend: str, options, folder: Path, given_file: Path | None = N
     `hashes`, files listed in KNOWN_FILES are also compared with their published SHA-256."""
     checks = []
     for need in required_files(backend, options):
-        if need.checkpoint and given_file is not None:
-            found = [given_file] if given_file.is_file() else []
+        given = need.checkpoint and given_file is not None
+        if given:
+            found = [given_file] if given_file.exists() else []
         else:
-            found = sorted({p for name in need.names for p in folder.glob(name) if p.is_file()})
+            found = sorted({p for name in need.names for p in folder.glob(name) if p.exists()})
         if not found:
             problem = f"missing: put {' or '.join(need.names)} in {folder} ({_holds(folder)})"
         elif need.exactly_one and len(found) > 1:
             problem = f"ambiguous: {len(found)} files match in {folder} ({', '.join(p.name for p in found)}); keep one"
         else:
-            problem = _framing_problem(found[0]) or (_hash_problem(backend, folder, found[0]) if hashes else None)
+            problem = (
+                _entry_problem(found[0], None if given else folder)
+                or _framing_problem(found[0])
+                or (_hash_problem(backend, folder, found[0]) if hashes else None)
+            )
         checks.append(FileCheck(need, found, problem))
     return checks
 
 
+def _entry_problem(path: Path, folder: Path | None) -> str | None:
+    """What keeps `path` from being read as a weights file: not a regular file (a directory, a FIFO, a device), or,
+    when it was found in `folder`, a symlink that leads out of it. None when it is a file to read."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        return f"not a file: {path} is {file_kind(mode)}"
+    target = path.resolve()
+    if folder is not None and folder.resolve() not in target.parents:
+        return f"outside: {path} links to {target}, outside {folder}; copy the file in or set `weights:` to it"
+    return None
+
+
 def _holds(folder: Path) -> str:
     """What the folder holds, for a "missing" message: a renamed or misplaced file is named there."""
+    if folder.exists() and not folder.is_dir():
+        return f"it is {file_kind(os.stat(folder).st_mode)}, not a folder"
     if not folder.is_dir():
         return "the folder does not exist"
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
@@ -140,11 +164,14 @@ def _framing_problem(path: Path) -> str | None:
                 return f"truncated: {path} is {size:,} bytes, shorter than its own header"
             try:
                 header = json.loads(handle.read(length))
-            except (UnicodeDecodeError, ValueError):
+            except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: a header nested 100k deep
                 header = None
             if not isinstance(header, dict):
                 return f"not a safetensors file: {path} has no readable header"
-            ends = [v["data_offsets"][1] for v in header.values() if isinstance(v, dict) and "data_offsets" in v]
+            offsets = [v.get("data_offsets") for v in header.values() if isinstance(v, dict) and "data_offsets" in v]
+            ends = [o[1] for o in offsets if isinstance(o, list) and len(o) == 2 and isinstance(o[1], int)]
+            if len(ends) != len(offsets):
+                return f"not a safetensors file: {path} has a header whose data_offsets are not [start, end]"
             expected = 8 + length + max(ends, default=0)
             if size < expected:
                 return f"truncated: {path} is {size:,} bytes, its header says {expected:,}"

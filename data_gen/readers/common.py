@@ -1,7 +1,10 @@
 """Shared pieces of the source-dataset readers: skip causes, root checks, safe XML, geometry normalisation.
 
 Every reader returns `(records, report)`: bad items are skipped and counted in `report` under one of the causes
-below; only a missing or unusable dataset root raises (`DatasetRootError`, a `GeoPilotInputError`).
+below; only a missing or unusable dataset root raises (`DatasetRootError`, a `GeoPilotInputError`). Every text file
+is read with `read_limited`: regular files only (a FIFO would hang) and at most `LABEL_FILE_MAX_BYTES` for one
+image's label file, `DATASET_FILE_MAX_BYTES` for a file the whole source hangs on (a sparse 2 GB label file is
+refused from its size, not read).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from defusedxml import DefusedXmlException
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError, first_line
+from geopilot.fileio import MiB, read_bounded
 from geopilot.records import AnnotationRecord, ObjectAnnotation, ReadReport
 from geopilot.vocabulary import canonical_class
 
@@ -43,6 +47,8 @@ EMPTY_FILE = "empty_file"  # an annotation file with nothing in it (0 bytes, or 
 IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100K `ignore: 1`), as its loader does
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+LABEL_FILE_MAX_BYTES = 64 * MiB  # one image's labels (DOTA txt, VOC XML, a road GeoJSON or graph pickle): KBs to MBs
+DATASET_FILE_MAX_BYTES = 1536 * MiB  # a COCO JSON, split list or caption table (GeoChat_Instruct.json: 263 MB)
 
 
 class DatasetRootError(GeoPilotInputError):
@@ -56,12 +62,18 @@ def require_dir(root: Path | str, dataset: str, hint: str = "") -> Path:
     return path.resolve()
 
 
+def read_limited(path: Path, limit: int = LABEL_FILE_MAX_BYTES, what: str = "label file") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, else a one-line GeoPilotInputError (a ValueError, so
+    the readers count it as the malformed file it is)."""
+    return read_bounded(path, limit, what)
+
+
 def read_index_file(path: Path, dataset: str) -> str:
     """A split list / phrase list the whole dataset hangs on: its text, or DatasetRootError if unreadable."""
     try:
-        return path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DatasetRootError(f"{dataset}: cannot read {path}: {err}") from err
+        return read_limited(path, DATASET_FILE_MAX_BYTES, f"{dataset} index file").decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, GeoPilotInputError) as err:
+        raise DatasetRootError(f"{dataset}: cannot read {path}: {first_line(err)[:300]}") from None
 
 
 MAX_CLASS_NAME = 80  # characters; the longest real one (DIOR "Expressway-Service-area") has 23
@@ -101,7 +113,7 @@ def load_json(path: Path, dataset: str, what: str = "") -> Any:
     """A JSON file the whole source hangs on (annotation array, COCO file, split list): its value, or a one-line
     DatasetRootError (unreadable, not UTF-8, not JSON, nested 100k deep)."""
     try:
-        return parse_json(path.read_text(encoding="utf-8-sig"))
+        return parse_json(read_limited(path, DATASET_FILE_MAX_BYTES, f"{dataset} annotation file").decode("utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
         reason = first_line(err)[:200]
         raise DatasetRootError(f"{dataset}: cannot read {what + ' ' if what else ''}{path}: {reason}") from None
@@ -182,8 +194,8 @@ def read_xml(path: Path, report: ReadReport) -> ET.Element | None:
     """The parsed file (DTDs, entities and external references forbidden: defusedxml), or None after counting it as
     a malformed file."""
     try:
-        return SafeET.parse(str(path), forbid_dtd=True).getroot()
-    except (ET.ParseError, DefusedXmlException, OSError) as err:
+        return SafeET.fromstring(read_limited(path), forbid_dtd=True)
+    except (ET.ParseError, DefusedXmlException, OSError, GeoPilotInputError) as err:
         report.skip(MALFORMED_FILE, f"{path}: {type(err).__name__}: {err}")
         return None
 

@@ -36,6 +36,7 @@ from geopilot.data_gen.readers.common import (
     checked_image,
     finish,
     image_index,
+    read_limited,
     require_dir,
 )
 from geopilot.records import AnnotationRecord, ReadReport
@@ -175,8 +176,8 @@ def read_dota(root: Path, split: str = "train", version: str | None = None) -> R
     texts: dict[str, str] = {}
     for label_path in sorted(label_dir.glob("*.txt")):
         try:
-            texts[label_path.name] = label_path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as err:
+            texts[label_path.name] = read_limited(label_path).decode("utf-8-sig")
+        except (OSError, UnicodeDecodeError, ValueError) as err:  # ValueError: over the limit, not a regular file
             report.skip(MALFORMED_FILE, f"{label_path}: {err}")
     named, evidence = class_version(texts)
     if version is None and chosen is not None and VERSIONS.index(named) > VERSIONS.index(chosen):

@@ -25,6 +25,7 @@ from geopilot.data_gen.readers.common import (
     box_object,
     checked_image,
     finish,
+    image_size,
     mask_to_rle,
     read_index_file,
     require_dir,
@@ -72,13 +73,17 @@ def read_risbench(root: Path, split: str = "train") -> ReadResult:
         if not mask_path.is_file():
             report.skip(MISSING_LABEL, f"{where}: mask {mask_path} not found")
             continue
+        mask_size = image_size(mask_path)  # from the header: a mask is decoded only once it is its image's size
+        if mask_size is None:
+            report.skip(UNREADABLE_IMAGE, f"{where}: mask {mask_path} cannot be read")
+            continue
+        if mask_size != (width, height):
+            report.skip(SIZE_MISMATCH, f"{where}: mask {mask_size[0]}x{mask_size[1]} vs image {width}x{height}")
+            continue
         try:
             mask = binary_mask(mask_path)
         except OSError as err:
             report.skip(UNREADABLE_IMAGE, f"{where}: mask {mask_path}: {err}")
-            continue
-        if mask.shape != (height, width):
-            report.skip(SIZE_MISMATCH, f"{where}: mask {mask.shape[1]}x{mask.shape[0]} vs image {width}x{height}")
             continue
         rows, cols = np.nonzero(mask)
         if rows.size == 0:

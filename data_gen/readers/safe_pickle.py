@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geopilot.data_gen.readers.common import read_limited
 from geopilot.errors import GeoPilotInputError
 
 _BUILTINS = {"set", "frozenset"}
@@ -61,5 +62,5 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 def safe_load(path: Path) -> object:
     """Load a pickle with RestrictedUnpickler. Raises UnsafePickleError, or pickle/EOF/Value errors if corrupt."""
-    data = Path(path).read_bytes()
+    data = read_limited(Path(path), what="graph pickle")
     return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import (
+    DATASET_FILE_MAX_BYTES,
     IMAGE_SUFFIXES,
     MALFORMED_FILE,
     MALFORMED_LINE,
@@ -27,6 +28,7 @@ from geopilot.data_gen.readers.common import (
     checked_image,
     finish,
     parse_json,
+    read_limited,
     require_dir,
 )
 from geopilot.records import AnnotationRecord, Dialogue, ReadReport
@@ -81,7 +83,8 @@ class BadRow(ValueError):
 
 def _decoded(path: Path) -> str:
     """The file's text; bytes that are not UTF-8 become surrogates, so only the rows holding them are lost."""
-    return path.read_bytes().decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
+    data = read_limited(path, DATASET_FILE_MAX_BYTES, "SARLANG-1M text file")
+    return data.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
 
 
 def _csv_rows(text: str):

@@ -29,6 +29,7 @@ from geopilot.data_gen.readers.common import (
     finish,
     load_json,
     parse_json,
+    read_limited,
     require_dir,
 )
 from geopilot.data_gen.readers.graphs import polyline_graph
@@ -115,7 +116,7 @@ def read_geojson_layout(root: Path, split: str, image_folder: str | None) -> Rea
     records: list[AnnotationRecord] = []
     for path in files:
         try:
-            geojson = parse_json(path.read_text(encoding="utf-8-sig"))
+            geojson = parse_json(read_limited(path).decode("utf-8-sig"))
             if not isinstance(geojson, dict) or not isinstance(geojson.get("features", []), list):
                 raise ValueError("not a GeoJSON FeatureCollection")
         except (OSError, UnicodeDecodeError, ValueError) as err:

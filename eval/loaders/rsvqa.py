@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from geopilot.data_gen.readers.common import MALFORMED_LINE, MISSING_IMAGE
+from geopilot.data_gen.readers.common import DATASET_FILE_MAX_BYTES, MALFORMED_LINE, MISSING_IMAGE
+from geopilot.errors import GeoPilotInputError
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem, Loaded
+from geopilot.fileio import read_json
 from geopilot.records import ReadReport
 
 PROMPT_SUFFIX = "Answer the question using a single word or phrase."
@@ -35,9 +37,9 @@ TYPE_NAMES = {"comparison": "comp", "rural/urban": "rural_urban", "ruralurban": 
 
 def _list(path: Path, key: str) -> list:
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BenchmarkError(f"RSVQA: cannot read {path}: {err}") from err
+        data = read_json(path, DATASET_FILE_MAX_BYTES, "RSVQA file")
+    except GeoPilotInputError as err:
+        raise BenchmarkError(f"RSVQA: {err}") from None
     entries = data.get(key) if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise BenchmarkError(f"RSVQA: {path.name} has no {key!r} list")

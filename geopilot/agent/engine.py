@@ -20,11 +20,12 @@ from typing import Any, Protocol
 from geopilot.agent.plan_grammar import ConstrainedPlans
 from geopilot.agent.prefix_cache import PrefixCache, prefix_key
 from geopilot.agent.requests import PreparedRequest
+from geopilot.families import family_of_model
 from geopilot.generation import GenerationOptions, KVSession, Turn
-from geopilot.wire import SYSTEM_PROMPT
 
 TextSink = Callable[[str], None]
-SessionFactory = Callable[[list[list[int]], Any, GenerationOptions], Any]  # (prompts, pixel values, options)
+# (prompts, pixel values, options, **the family's other image inputs: Qwen2.5-VL's image_grid_thw)
+SessionFactory = Callable[..., Any]
 
 
 class TurnDeadline(Exception):
@@ -47,8 +48,11 @@ class TurnSession(Protocol):
 class Engine(Protocol):
     context_length: int | None  # the model's context in tokens; None: unknown here (the server enforces its own)
 
-    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
-        """The first prompt's token ids (empty where the server renders it); used for the context check."""
+    def prompt_tokens(
+        self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
+    ) -> list[int]:
+        """The first prompt's token ids (empty where the server renders it) for an image of `image_size` (width,
+        height); used for the context check."""
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> TurnSession:
         """A session over `requests`; `deadline` (time.monotonic) bounds any wait on the engine."""
@@ -59,35 +63,39 @@ class LocalEngine:
     `prefix_cache` keeps the think turns of client-run tools for the requests that bring their results."""
 
     def __init__(self, model, processor, session_factory: SessionFactory | None = None, prefix_cache=None):
-        from geopilot.model import num_image_tokens
-
         self.model, self.processor, self.tokenizer = model, processor, processor.tokenizer
-        self.image_tokens = num_image_tokens(model.config)
+        self.family = family_of_model(model)
         self.prefix_cache: PrefixCache | None = prefix_cache
         self.session_factory = session_factory or (
-            lambda prompts, pixels, options: KVSession(model, self.tokenizer, prompts, pixels, options)
+            lambda prompts, pixels, options, **images: KVSession(
+                model, self.tokenizer, prompts, pixels, options, **images
+            )
         )
 
     @property
     def context_length(self) -> int:
         return self.model.config.text_config.max_position_embeddings
 
-    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
-        from geopilot.render import render_turns
-        from geopilot.wire import chat_turns
+    @property
+    def image_tokens(self) -> int:
+        """Tokens one image takes in the prompt: LLaVA's fixed count; under a native-resolution family, a 448 px
+        square's (`image_tokens_of` gives a given size's)."""
+        return self.image_tokens_of((448, 448))
 
-        return render_turns(chat_turns(messages), self.tokenizer, self.image_tokens, system=_system(system)).input_ids
+    def image_tokens_of(self, image_size: tuple[int, int]) -> int:
+        return self.family.image_token_count(self.processor, *image_size)
+
+    def prompt_tokens(
+        self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
+    ) -> list[int]:
+        return self.family.prompt_ids(messages, self.tokenizer, self.image_tokens_of(image_size), system)
 
     def prefix_key(self, request: PreparedRequest, messages: list) -> str:
         """The prefix cache's key of `messages` (ending with a plan) on `request`'s image and system prompt."""
-        from geopilot.render import render_text
-        from geopilot.wire import chat_turns
-
-        rendered = render_text(chat_turns(messages), self.tokenizer, _system(request.system))
+        rendered = self.family.prompt_text(messages, self.tokenizer, request.system)
         return prefix_key(request.image, request.system, rendered)
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None):
-        from geopilot.batch import pixel_values
         from geopilot.wire import chat_turns
 
         resumed: dict[int, LocalSession] = {}
@@ -106,17 +114,14 @@ class LocalEngine:
         groups: list[tuple[LocalSession, list[int]]] = []
         if fresh:
             started = time.perf_counter()
-            pixels = pixel_values(self.processor, [requests[i].image.image for i in fresh])
+            images = self.family.image_inputs(self.processor, [requests[i].image.image for i in fresh])
             preprocess_seconds = time.perf_counter() - started
-            session = self.session_factory([requests[i].prompt for i in fresh], pixels, options)
+            pixels = images.pop("pixel_values")
+            session = self.session_factory([requests[i].prompt for i in fresh], pixels, options, **images)
             groups.append((LocalSession(session, self, preprocess_seconds, [requests[i] for i in fresh]), fresh))
         if not resumed:
             return groups[0][0]
         return RowGroups(groups + [(session, [index]) for index, session in resumed.items()])
-
-
-def _system(system: str | None) -> str:
-    return SYSTEM_PROMPT if system is None else system
 
 
 class LocalSession:
@@ -142,11 +147,8 @@ class LocalSession:
         return self.preprocess_seconds + self.session.encode_seconds
 
     def _ids(self, text: str) -> list[int]:
-        from geopilot.render import user_turn_text
-        from geopilot.tokenizer import encode_text
-
         if text not in self._encoded:
-            self._encoded[text] = encode_text(self.tokenizer, user_turn_text(text, first=False))
+            self._encoded[text] = self.engine.family.tail_ids(self.tokenizer, text)
         return self._encoded[text]
 
     def user_turn_tokens(self, text: str) -> int:
@@ -183,7 +185,6 @@ class LocalSession:
         """Keep `row`'s cache in the engine's prefix cache under `key`, without its last turn: that turn comes back
         as `plan` rendered (the tokens a re-prefill reads, not the ones the grammar happened to decode: a hit then
         answers exactly as a miss). False where there is none to keep."""
-        from geopilot.tokenizer import encode_text
         from geopilot.wire import assistant_json
 
         cache, fork = self.engine.prefix_cache, getattr(self.session, "fork", None)
@@ -191,7 +192,7 @@ class LocalSession:
             return False
         twin = fork(row)
         twin.rewind()
-        cache.park(key, (twin, encode_text(self.tokenizer, " " + assistant_json(plan)) + [self.tokenizer.eos_token_id]))
+        cache.park(key, (twin, self.engine.family.assistant_ids(self.tokenizer, assistant_json(plan))))
         return True
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from geopilot.agent.engine import TurnDeadline
 from geopilot.agent.requests import PreparedRequest
-from geopilot.chat_template import hf_messages
 from geopilot.errors import GeoPilotError
+from geopilot.families import family_of_dir, get_family
 from geopilot.generation import GenerationOptions, Turn
 from geopilot.image import LoadedImage
 
@@ -49,13 +49,20 @@ class HttpEngine:
         max_parallel: int = 16,
         context_length: int | None = None,
         max_retries: int = 2,
+        family: str | None = None,
     ):
+        """`family`: the served model's family (`docs/models.md`), whose message form the server's template reads;
+        None: read from `model`'s config.json when it is a local folder, else llava."""
         from geopilot.llm_client import sync_client
 
         self.base_url, self.model = base_url.rstrip("/"), model
         self.timeout_s, self.max_parallel = timeout_s, max_parallel
         self.client = sync_client(self.base_url, api_key, timeout_s=timeout_s, max_retries=max_retries)
         self.tokenizer = _local_tokenizer(model)
+        if family is not None:
+            self.family = get_family(family)
+        else:
+            self.family = family_of_dir(model) if (Path(model) / "config.json").is_file() else get_family("llava")
         self._context_length = context_length
 
     @property
@@ -78,7 +85,9 @@ class HttpEngine:
                 return length
         return 0
 
-    def prompt_tokens(self, messages: list, system: str | None = None) -> list[int]:
+    def prompt_tokens(
+        self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
+    ) -> list[int]:
         return []  # the server renders the prompt (image tokens included) and refuses one over its context
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> HttpSession:
@@ -93,7 +102,8 @@ class HttpSession:
         self.conversations = []
         for request in requests:
             url = _png_data_url(request.image)
-            self.conversations.append([_with_image_url(m, url) for m in hf_messages(request.messages, request.system)])
+            messages = engine.family.hf_messages(request.messages, request.system)
+            self.conversations.append([_with_image_url(m, url) for m in messages])
         self.last: list[Turn | None] = [None] * len(requests)  # each row's previous turn (text, prompt tokens)
         self.last_prompt = [0] * len(requests)
 
@@ -101,10 +111,7 @@ class HttpSession:
         tokenizer = self.engine.tokenizer
         if tokenizer is None:
             return len(text.encode()) // 2 + 8  # no tokenizer here: a bound, for the template's markers too
-        from geopilot.render import user_turn_text
-        from geopilot.tokenizer import encode_text
-
-        return len(encode_text(tokenizer, user_turn_text(text, first=False)))
+        return len(self.engine.family.tail_ids(tokenizer, text))
 
     def generate(self, rows, user_turns, stream, max_new_tokens) -> list[Turn]:
         if user_turns is not None:
@@ -112,7 +119,7 @@ class HttpSession:
                 previous = self.last[row]
                 self.conversations[row] += [
                     {"role": "assistant", "content": previous.text},
-                    {"role": "user", "content": text},
+                    {"role": self.engine.family.TOOL_TURN_ROLE, "content": text},
                 ]
         limit = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
         if len(rows) == 1:

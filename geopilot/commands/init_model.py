@@ -1,4 +1,5 @@
-"""`geopilot init-model --config configs/model/tiny.yaml --out DIR`: build the model and write it in llava-hf layout."""
+"""`geopilot init-model --config configs/model/tiny.yaml --out DIR`: build the model and write it in its family's
+transformers layout (llava-hf, or Qwen2.5-VL's)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from geopilot.model import ModelConfig, build_model, num_image_tokens, save_model
+    from geopilot.families import family_of_model
+    from geopilot.model import ModelConfig, build_model, save_model
 
     cfg = load_config(ModelConfig, args.config, args.overrides)
     model, processor = build_model(cfg)
     out = save_model(model, processor, args.out)
     summary = {
         "out": str(out),
+        "family": cfg.family,
         "init": cfg.init,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "image_tokens": num_image_tokens(model.config),
+        "image_tokens": family_of_model(model).image_token_count(processor, 448, 448),  # a 448 px square's
         "vocab_size": model.config.text_config.vocab_size,
         "tokenizer_size": len(processor.tokenizer),
     }

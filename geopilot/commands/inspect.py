@@ -27,13 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per sample, then a summary line")
 
 
-def inspect_line(
-    line: str, line_number: int, tokenizer, image_tokens: int, max_length: int | None, base_dir: Path
-) -> dict:
-    from geopilot.chat_template import hf_messages
-    from geopilot.render import render_sample, render_text
+def inspect_line(line: str, line_number: int, tokenizer, image_tokens, max_length: int | None, base_dir: Path) -> dict:
+    """`image_tokens`: a number (LLaVA's renderer, every image) or the model's `ImageTokens` (its family's)."""
+    from geopilot.errors import ImageInputError
     from geopilot.sample import parse_sample
-    from geopilot.wire import chat_turns
+    from geopilot.training.data import ImageTokens
+
+    tokens = ImageTokens.fixed(image_tokens) if isinstance(image_tokens, int) else image_tokens
 
     record = {
         "id": None,
@@ -53,12 +53,18 @@ def inspect_line(
         if isinstance(data, dict) and isinstance(data.get("id"), str):
             record["id"] = data["id"]
         sample = parse_sample(data, line=line_number)
-        record["text"] = render_text(chat_turns(sample.messages), tokenizer)
-        record["hf_messages"] = hf_messages(sample.messages)
+        record["text"] = tokens.family.prompt_text(sample.messages, tokenizer)
+        record["hf_messages"] = tokens.family.hf_messages(sample.messages)
         image = sample.image_path(base_dir)
         if image is not None and not image.is_file():
             raise SampleError(f"image not found: {image}", sample_id=sample.id, line=line_number, field="image")
-        rendered = render_sample(sample, tokenizer, image_tokens, max_length=max_length)
+        try:
+            count = tokens.count(str(image)) if image is not None else 0
+        except ImageInputError as err:
+            raise SampleError(
+                f"image unreadable: {err}", sample_id=sample.id, line=line_number, field="image"
+            ) from None
+        rendered = tokens.family.render_sample(sample, tokenizer, count, max_length=max_length)
     except SampleError as err:
         record["error"] = str(err)
         return record
@@ -89,10 +95,12 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise GeoPilotInputError(f"data file not found: {path}")
     if args.model:
-        from geopilot.model import load_model, num_image_tokens
+        from geopilot.image import DEFAULT_MAX_PIXELS
+        from geopilot.model import load_model
+        from geopilot.training.data import ImageTokens
 
-        model, processor = load_model(args.model)
-        tokenizer, image_tokens = processor.tokenizer, num_image_tokens(model.config)
+        _, processor = load_model(args.model)
+        tokenizer, image_tokens = processor.tokenizer, ImageTokens.of(processor, DEFAULT_MAX_PIXELS)
     else:
         from geopilot.tokenizer import tiny_tokenizer
 

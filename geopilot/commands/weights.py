@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from geopilot.cli import Command
 
@@ -51,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"{entry['backend']:<12} {entry['status']:<10} {', '.join(entry['tools'])}")
             if entry["detail"]:
                 print(f"{'':<12} {entry['detail']}")
-    return 0 if all(entry["status"] == "present" for entry in report) else 2
+    failed = next((entry for entry in report if entry["status"] != "present"), None)
+    if failed is None:
+        return 0
+    print(f"geopilot weights check: error: {failed['backend']}: {failed['detail']}", file=sys.stderr)
+    return 2
 
 
 COMMANDS = {

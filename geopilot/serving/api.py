@@ -33,24 +33,25 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from geopilot.errors import GeoPilotInputError, ImageTooLargeError, describe_validation_error
+from geopilot.errors import GeoPilotInputError, ImageTooLargeError, clipped, describe_validation_error
 from geopilot.generation import GenerationOptions
-from geopilot.network import key_matches, loopback_host_names
+from geopilot.json_limits import check_depth
+from geopilot.network import BrowserGate, answered_host_names, key_matches
 from geopilot.serving import web_login
 from geopilot.serving.batcher import Batcher, Busy, Job, Slot
 from geopilot.serving.config import ServeConfig
 from geopilot.serving.protocol import (
     ChatCompletionRequest,
+    check_history_calls,
+    check_request_size,
     client_tools,
     images_of,
-    message_chars,
     read_dialogue,
     refuse_unsupported,
     tool_call_entries,
 )
 from geopilot.serving.security import (
     BodyLimit,
-    BrowserGate,
     ServeError,
     UrlPolicy,
     check_image,
@@ -116,7 +117,9 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(AuthGate, key=config.api_key)
     # outermost: a keyless server answers only to loopback Host names (it may only bind loopback)
-    app.add_middleware(BrowserGate, hosts=loopback_host_names(config.host) if config.api_key is None else None)
+    app.add_middleware(
+        BrowserGate, hosts=answered_host_names(config.host, config.api_key), form_paths=(web_login.DEMO_PATH,)
+    )
 
     @app.exception_handler(ServeError)
     async def serve_error(request, err: ServeError):
@@ -135,7 +138,7 @@ def create_app(
     @app.get("/v1/models/{name}")
     async def model(name: str):
         if name != config.model_name:
-            raise ServeError(404, f"model {name!r} does not exist", code="model_not_found")
+            raise ServeError(404, f"model {clipped(repr(name))} does not exist", code="model_not_found")
         return _model_card(name)
 
     import gradio as gr
@@ -157,7 +160,7 @@ def create_app(
         if body.model != config.model_name:
             raise ServeError(
                 404,
-                f"model {body.model!r} does not exist; this server has {config.model_name!r}",
+                f"model {clipped(repr(body.model))} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
         slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
@@ -197,21 +200,16 @@ def _pick(value, default):
 
 
 def _parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
+    value = parse_json(raw)
     try:
-        body = ChatCompletionRequest.model_validate(parse_json(raw))
+        check_depth(value, "the request body")
+        body = ChatCompletionRequest.model_validate(value)
+    except GeoPilotInputError as err:
+        raise ServeError(400, str(err), code="bad_json") from None
     except ValidationError as err:
         raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
-    except RecursionError:  # a value nested past what validation recurses through
-        raise ServeError(400, "the request body is nested too deeply", code="bad_json") from None
     refuse_unsupported(body)
-    chars = sum(message_chars(m) for m in body.messages)
-    if chars > max_text_chars:  # refused before tokenising: the tokenizer would hold the model thread for seconds
-        raise ServeError(
-            400,
-            f"the messages have {chars:,} characters of text, over this server's limit of {max_text_chars:,} "
-            "(no model context holds that many)",
-            code="context_length_exceeded",
-        )
+    check_request_size(body, max_text_chars)
     return body
 
 
@@ -233,6 +231,7 @@ def _conversation(body: ChatCompletionRequest, image: bytes | str, config: Serve
     tools, system = client_tools(
         body, pilot.tools.names() if body.tools else [], config.allow_unknown_tools, dialogue.system
     )
+    check_history_calls(dialogue, tools.names if tools is not None else tuple(pilot.tools.names()))
     data = decode_data_url(image) if isinstance(image, str) else image
     request = {
         "image": _loaded(data, config.max_image_pixels, body.geopilot.bands),

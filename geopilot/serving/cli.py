@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--controller", default=None, help="run as a FastChat worker registered with this controller")
     parser.add_argument("--engine-url", default=None, help="OpenAI-compatible server for the LLM turns (e.g. vLLM /v1)")
     parser.add_argument(
+        "--model-family",
+        choices=["llava", "qwen2_5_vl"],
+        default=None,
+        help="the model's family (docs/models.md); default: read from the model folder's config.json",
+    )
+    parser.add_argument(
         "--examples",
         type=Path,
         default=EXAMPLES,
@@ -92,6 +98,7 @@ def build_pilot(args: argparse.Namespace, config):
         return GeoPilot.from_endpoint(
             args.engine_url,
             args.model,
+            family=args.model_family,
             tools_config=args.tools_config,
             tool_timeout_s=config.tool_timeout_s,
             max_pixels=config.max_image_pixels,
@@ -99,7 +106,12 @@ def build_pilot(args: argparse.Namespace, config):
     if not Path(args.model).is_dir():
         raise GeoPilotInputError(f"model directory not found: {args.model}")
     from geopilot.agent import PrefixCache
+    from geopilot.families import family_of_dir
 
+    if args.model_family and (Path(args.model) / "config.json").is_file():
+        found = family_of_dir(args.model).NAME
+        if found != args.model_family:
+            raise GeoPilotInputError(f"{args.model} is a {found} model, not --model-family {args.model_family}")
     entries = config.prefix_cache_entries
     return GeoPilot.from_pretrained(
         args.model,

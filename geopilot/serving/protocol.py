@@ -8,6 +8,12 @@
   `role: "tool"` results (matched to the calls by `tool_call_id`) become the tool turn THE formatter writes.
   Tools the registry does not know are refused, unless the server allows them (`--allow-unknown-tools`): then
   their schemas are appended to the system prompt, which the model was never trained on.
+- Size: every character the client writes but its image (texts, tool names, descriptions, parameter schemas, call
+  arguments, tool results) counts against the server's text limit; a request has at most 128 tools, each schema
+  passes `geopilot.json_limits.check_tool_schema`, and no JSON it carries nests more than 64 levels.
+- The plans in the history are held to what a plan this server hands back is: strict JSON arguments (NaN and
+  Infinity are not JSON, and would come back as null), calls of a tool the request offers (GeoPilot's own tools
+  without `tools`).
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from geopilot.agent.client_tools import ClientTools, tool_output
-from geopilot.sample import IMAGE_PLACEHOLDER, AssistantMessage
+from geopilot.errors import GeoPilotInputError, clipped
+from geopilot.json_limits import MAX_JSON_DEPTH, check_depth, check_tool_schema, loads, measure
+from geopilot.sample import IMAGE_PLACEHOLDER, Action, AssistantMessage
 from geopilot.serving.security import ServeError
 from geopilot.wire import SYSTEM_PROMPT, dumps
 
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_TOOLS = 128  # tools per request, OpenAI's own limit
 UNTRAINED_TOOLS = "Tools you may also call (you were not trained on them; their JSON schemas follow):"
 
 
@@ -177,8 +186,44 @@ def images_of(content) -> list[str]:
     return [part.image_url.url for part in content if part.type == "image_url" and part.image_url is not None]
 
 
-def message_chars(message: ChatMessageIn) -> int:
-    return len(text_of(message.content)) + sum(len(c.function.arguments) for c in message.tool_calls or [])
+def check_request_size(body: ChatCompletionRequest, max_text_chars: int) -> None:
+    """400 for a request over the server's limits before any of it is rendered: more than MAX_TOOLS tools, a tool
+    schema over its size or depth, or more than `max_text_chars` characters of `client_text`."""
+    tools = body.tools or []
+    if len(tools) > MAX_TOOLS:
+        raise ServeError(
+            400, f"tools: {len(tools)} tools, over the limit of {MAX_TOOLS}", code="bad_request", param="tools"
+        )
+    for index, tool in enumerate(tools):
+        where = f"tools.{index}.function.parameters"
+        if tool.function.parameters is not None:
+            try:
+                check_tool_schema(tool.function.parameters, where)
+            except GeoPilotInputError as err:
+                raise ServeError(400, str(err), code="bad_request", param=where) from None
+    chars = measure(client_text(body), MAX_JSON_DEPTH + 4)[1]  # the schemas are bounded now; the rest is flat
+    if chars > max_text_chars:  # refused before tokenising: the tokenizer would hold the model thread for seconds
+        raise ServeError(
+            400,
+            f"the request has {chars:,} characters of text (messages, tools and their schemas), over this server's "
+            f"limit of {max_text_chars:,} (no model context holds that many)",
+            code="context_length_exceeded",
+        )
+
+
+def client_text(body: ChatCompletionRequest) -> list:
+    """Everything in a request the client wrote but its image and the fields' fixed values: message texts, names,
+    call ids and arguments, tool names, descriptions and schemas, the named tool_choice, stop strings, `user`,
+    `metadata`."""
+    messages = [
+        [text_of(m.content), m.name, m.refusal, m.tool_call_id]
+        + [[c.id, c.function.name, c.function.arguments] for c in m.tool_calls or []]
+        for m in body.messages
+    ]
+    tools = [[t.function.name, t.function.description, t.function.parameters] for t in body.tools or []]
+    schema = body.response_format.json_schema if body.response_format is not None else None
+    choice = body.tool_choice.function.name if isinstance(body.tool_choice, NamedToolChoice) else None
+    return [messages, tools, choice, body.stop, body.user, body.metadata, body.logit_bias, schema]
 
 
 @dataclass
@@ -188,6 +233,7 @@ class Dialogue:
     system: str | None
     history: list[dict] = field(default_factory=list)
     query: str | None = None  # None: the conversation ends with tool results to answer from
+    calls: list[tuple[str, Action]] = field(default_factory=list)  # the history's planned calls, by request key
 
 
 def read_dialogue(body: ChatCompletionRequest) -> Dialogue:
@@ -205,7 +251,7 @@ def read_dialogue(body: ChatCompletionRequest) -> Dialogue:
     def flush(where: str) -> None:
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:
-            ids = ", ".join(repr(k) for k, v in calls.items() if v in missing)
+            ids = clipped(", ".join(repr(k) for k, v in calls.items() if v in missing))
             raise _bad(where, f"no tool message answers the call(s) {ids} of the preceding assistant message")
         out.extend({"role": "tool", "name": names[i], "content": result} for i, result in enumerate(results))
         calls.clear(), names.clear(), results.clear()
@@ -226,28 +272,30 @@ def read_dialogue(body: ChatCompletionRequest) -> Dialogue:
             out.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n{text}" if not out else text})
         elif role == "assistant" and message.tool_calls:
             actions = [_action(f"{where}.tool_calls.{j}", call) for j, call in enumerate(message.tool_calls)]
+            dialogue.calls += [(f"{where}.tool_calls.{j}", action) for j, action in enumerate(actions)]
             for position, call in enumerate(message.tool_calls):
                 if call.id in calls:
-                    raise _bad(f"{where}.tool_calls.{position}.id", f"{call.id!r} is used twice")
+                    raise _bad(f"{where}.tool_calls.{position}.id", f"{clipped(repr(call.id))} is used twice")
                 calls[call.id] = position
-            names[:] = [a["tool"] for a in actions]
+            names[:] = [a.tool for a in actions]
             results[:] = [None] * len(actions)
-            out.append({"role": "assistant", "reasoning": text_of(message.content), "actions": actions, "value": None})
+            plan = [a.model_dump() for a in actions]
+            out.append({"role": "assistant", "reasoning": text_of(message.content), "actions": plan, "value": None})
         elif role == "assistant":
             out.append({"role": "assistant", "reasoning": "", "actions": [], "value": text_of(message.content)})
         else:  # tool
             if not calls:
                 raise _bad(where, "a tool message must follow the assistant message whose tool_calls it answers")
             if message.tool_call_id not in calls:
-                known = ", ".join(repr(k) for k in calls)
+                known = clipped(", ".join(repr(k) for k in calls))
                 raise _bad(
                     f"{where}.tool_call_id",
-                    f"{message.tool_call_id!r} matches no call of the plan (its calls: {known})",
+                    f"{clipped(repr(message.tool_call_id))} matches no call of the plan (its calls: {known})",
                 )
             position = calls[message.tool_call_id]
             if results[position] is not None:
-                raise _bad(f"{where}.tool_call_id", f"{message.tool_call_id!r} is answered twice")
-            results[position] = tool_output(text_of(message.content)).model_dump(mode="json", exclude_defaults=True)
+                raise _bad(f"{where}.tool_call_id", f"{clipped(repr(message.tool_call_id))} is answered twice")
+            results[position] = _tool_result(f"{where}.content", text_of(message.content))
     if calls:
         flush(f"messages.{len(body.messages)}")
     if not out or out[0]["role"] != "user":
@@ -266,14 +314,46 @@ def read_dialogue(body: ChatCompletionRequest) -> Dialogue:
     return dialogue
 
 
-def _action(where: str, call: ToolCall) -> dict:
+def _action(where: str, call: ToolCall) -> Action:
+    """A call of a plan in the history, read as the model's own plan is: strict JSON arguments (NaN and Infinity
+    are not JSON numbers), an object, nesting at most MAX_JSON_DEPTH."""
     try:
-        params = json.loads(call.function.arguments or "{}")
-    except (ValueError, RecursionError) as err:
-        raise _bad(f"{where}.function.arguments", f"not JSON ({type(err).__name__}: {err})") from None
+        params = loads(call.function.arguments or "{}", f"{where}.function.arguments")
+    except GeoPilotInputError as err:
+        raise ServeError(400, str(err), code="bad_request", param=f"{where}.function.arguments") from None
     if not isinstance(params, dict):
         raise _bad(f"{where}.function.arguments", f"must be a JSON object, got {type(params).__name__}")
-    return {"tool": call.function.name, "params": params}
+    if not call.function.name:
+        raise _bad(f"{where}.function.name", "is empty")
+    return Action(tool=call.function.name, params=params)
+
+
+def _tool_result(where: str, text: str) -> dict:
+    """A tool message's content as the canonical ToolOutput's JSON; 400 for JSON nested past MAX_JSON_DEPTH (the
+    output could not be written back out)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None  # not JSON: the result is the text itself
+    except RecursionError:
+        raise _bad(where, f"nests more than {MAX_JSON_DEPTH} levels deep") from None
+    try:
+        check_depth(value, where)
+    except GeoPilotInputError as err:
+        raise ServeError(400, str(err), code="bad_request", param=where) from None
+    return tool_output(text).model_dump(mode="json", exclude_defaults=True)
+
+
+def check_history_calls(dialogue: Dialogue, offered: tuple[str, ...]) -> None:
+    """400 naming the call for a plan in the history that names a tool the request does not offer (`offered`: its
+    `tools`, or GeoPilot's own tools without them): no plan this server hands back does. (Params a tool would
+    refuse stay: a plan whose calls still break them after the repair turn is handed back as it is.)"""
+    for where, action in dialogue.calls:
+        if action.tool not in offered:
+            raise _bad(
+                f"{where}.function.name",
+                f"{clipped(repr(action.tool))} is not a tool of this request (its tools: {clipped(', '.join(offered))})",
+            )
 
 
 def _bad(where: str, why: str) -> ServeError:
@@ -303,7 +383,9 @@ def client_tools(
     if isinstance(choice, NamedToolChoice):
         choice = choice.function.name
         if choice not in names:
-            raise ServeError(400, f"tool_choice: {choice!r} is not in tools", code="bad_request", param="tool_choice")
+            raise ServeError(
+                400, f"tool_choice: {clipped(repr(choice))} is not in tools", code="bad_request", param="tool_choice"
+            )
     if unknown:
         schemas = [t.function.model_dump(exclude_none=True) for t in body.tools if t.function.name in unknown]
         system = f"{SYSTEM_PROMPT if system is None else system}\n{UNTRAINED_TOOLS} {dumps(schemas)}"

@@ -10,8 +10,8 @@ policy. Every refusal is a `ServeError` carrying its HTTP status and a one-line 
   address is listed itself (so `127.0.0.1`, `169.254.169.254`, RFC 1918 and link-local are refused unless named);
   redirects are not followed; the body is capped like an upload; the whole fetch has one deadline (a server that
   drips a byte at a time is cut off at it) and holds no thread while it waits.
-- browsers: `BrowserGate` checks the Host header of a keyless loopback server (DNS rebinding), refuses cross-site
-  Origins and bodies that are not JSON (a cross-site form or `text/plain` POST), and sends `nosniff`.
+- browsers: `geopilot.network.BrowserGate` (every GeoPilot server's) checks the Host header of a keyless loopback
+  server (DNS rebinding), refuses cross-site Origins and bodies that are not JSON, and sends `nosniff`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from urllib.parse import urlsplit
 
 from PIL import Image, UnidentifiedImageError
 
-from geopilot.errors import GeoPilotInputError, ImageTooLargeError
+from geopilot.errors import GeoPilotInputError, ImageTooLargeError, clipped
 from geopilot.image import TIFF_MAGIC, check_size, rasterio_available
-from geopilot.network import host_name
-from geopilot.serving.web_login import is_demo
+from geopilot.network import error_body, send_json
+
+MAX_ERROR_CHARS = 1000  # a refusal's whole message, however many problems it lists
 
 
 class ServeError(Exception):
@@ -47,11 +48,11 @@ class ServeError(Exception):
         code: str | None = None,
         param: str | None = None,
     ):
-        super().__init__(message)
+        super().__init__(clipped(message, MAX_ERROR_CHARS))  # what it quotes of the request is clipped already
         self.status, self.kind, self.code, self.param = status, kind, code, param
 
     def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
+        return error_body(str(self), self.kind, self.code, self.param)
 
 
 class BodyLimit:
@@ -98,11 +99,8 @@ class _BodyTooLarge(Exception):
     pass
 
 
-async def _refuse(send, error: ServeError, extra_headers: list | None = None) -> None:
-    payload = json.dumps(error.body()).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers + (extra_headers or [])})
-    await send({"type": "http.response.body", "body": payload})
+async def _refuse(send, error: ServeError) -> None:
+    await send_json(send, error.status, error.body())
 
 
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)", re.S)
@@ -115,7 +113,9 @@ def decode_data_url(url: str) -> bytes:
         raise ServeError(400, "image_url: a data URL must look like data:image/png;base64,<data>", code="bad_image")
     mime = (match["mime"] or "").lower()
     if not mime.startswith("image/"):
-        raise ServeError(400, f"image_url: data URL of type {mime or 'none'!r}, not an image", code="bad_image")
+        raise ServeError(
+            400, f"image_url: data URL of type {clipped(repr(mime or 'none'))}, not an image", code="bad_image"
+        )
     try:
         return base64.b64decode(re.sub(r"\s+", "", match["data"]), validate=True)
     except (binascii.Error, ValueError):
@@ -199,17 +199,21 @@ class UrlPolicy:
                 code="url_not_allowed",
             )
         if host not in self.hosts and not (literal is not None and self._listed(literal)):
-            raise ServeError(400, f"image URL host {host!r} is not on the allowlist", code="url_not_allowed")
+            raise ServeError(
+                400, f"image URL host {clipped(repr(host))} is not on the allowlist", code="url_not_allowed"
+            )
         try:
             infos = socket.getaddrinfo(host, port or (443 if scheme == "https" else 80))
         except (OSError, UnicodeError, ValueError):
-            raise ServeError(400, f"image URL host {host!r} does not resolve", code="bad_image_url") from None
+            raise ServeError(
+                400, f"image URL host {clipped(repr(host))} does not resolve", code="bad_image_url"
+            ) from None
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
             if not address.is_global and not self._listed(address):
                 raise ServeError(
                     400,
-                    f"image URL host {host!r} resolves to the non-public address {address} (list it explicitly to allow)",
+                    f"image URL host {clipped(repr(host))} resolves to the non-public address {address} (list it explicitly to allow)",
                     code="url_not_allowed",
                 )
         return host
@@ -261,88 +265,26 @@ def _split(url: str) -> tuple[str, str, int | None]:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
     except ValueError as err:
-        raise ServeError(400, f"image URL cannot be parsed ({err})", code="bad_image_url") from None
+        raise ServeError(400, f"image URL cannot be parsed ({clipped(str(err))})", code="bad_image_url") from None
     if parts.scheme not in ("http", "https") or not host:
         raise ServeError(400, "image_url must be a data:image/... URL or an http(s) URL", code="bad_image_url")
     return parts.scheme, host.lower(), port
 
 
-JSON_TYPES = ("application/json",)
-
-
-class BrowserGate:
-    """ASGI middleware for what a browser can be made to send. With `hosts` (a keyless loopback server): the Host
-    header must name one of them (421 otherwise), so a DNS-rebound page cannot read answers. Always: an Origin
-    must be this server's own (403 otherwise), and a body must be JSON (415 for `text/plain`, forms: the content
-    types a cross-site page may POST without a preflight). Every response gets `X-Content-Type-Options: nosniff`."""
-
-    def __init__(self, app, hosts: set[str] | None):
-        self.app, self.hosts = app, hosts
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        error = self._problem(
-            headers.get(b"host", b"").decode("latin-1"),
-            headers.get(b"origin", b"").decode("latin-1") or None,
-            headers.get(b"content-type", b"").decode("latin-1") or None,
-            scope["method"],
-            scope["path"],
-        )
-        if error is not None:
-            return await _refuse(send, error, [NOSNIFF])
-
-        async def with_nosniff(message):
-            headers = list(message.get("headers", []))
-            if message["type"] == "http.response.start" and all(k.lower() != NOSNIFF[0] for k, _ in headers):
-                message = {**message, "headers": [*headers, NOSNIFF]}
-            await send(message)
-
-        await self.app(scope, receive, with_nosniff)
-
-    def _problem(
-        self, host: str, origin: str | None, content_type: str | None, method: str, path: str = ""
-    ) -> ServeError | None:
-        if self.hosts is not None and host_name(host) not in self.hosts:
-            return ServeError(
-                421,
-                f"Host {host!r} is not this server's (a keyless server answers only to loopback names)",
-                code="bad_host",
-            )
-        if origin is not None:
-            try:
-                same = urlsplit(origin).netloc.lower() == host.lower() and origin.lower().startswith(
-                    ("http:", "https:")
-                )
-            except ValueError:
-                same = False
-            if not same:
-                return ServeError(403, f"cross-site request from Origin {origin[:100]!r} refused", code="cross_origin")
-        # the demo uploads files as forms: there the same-Origin check and the SameSite key cookie stop other sites
-        if method in ("POST", "PUT", "PATCH") and content_type is not None and not is_demo(path):
-            media = content_type.split(";", 1)[0].strip().lower()
-            if media not in JSON_TYPES:
-                return ServeError(
-                    415,
-                    f"request bodies must be JSON (Content-Type: application/json), got {media or 'none'!r}",
-                    code="unsupported_media_type",
-                )
-        return None
-
-
-NOSNIFF = (b"x-content-type-options", b"nosniff")
-
-
 def parse_json(raw: bytes, what: str = "the request body") -> object:
     """JSON bytes -> the value; ServeError 400 for anything json.loads refuses, however it refuses it (bad syntax,
-    nesting past the recursion limit, an integer over Python's 4300-digit limit, bytes that are not UTF-8)."""
+    nesting past the recursion limit, an integer over Python's 4300-digit limit, bytes that are not UTF-8, NaN and
+    Infinity, which are not JSON numbers)."""
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_not_a_number)
     except RecursionError:
         raise ServeError(400, f"{what} is nested too deeply", code="bad_json") from None
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError, and so is the digit limit
         raise ServeError(400, f"{what} is not valid JSON ({str(err)[:200]})", code="bad_json") from None
+
+
+def _not_a_number(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _address(text: str) -> ipaddress._BaseAddress | None:

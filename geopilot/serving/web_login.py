@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import html
-import json
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
@@ -70,13 +69,13 @@ def login_page(message: str) -> bytes:
 
 async def refuse(scope, send, message: str) -> None:
     """401: the login form for a browser's page load, one JSON error line otherwise."""
+    from geopilot.network import error_body, send_json
+
     accept = dict(scope.get("headers") or []).get(b"accept", b"")
-    if scope["method"] == "GET" and b"text/html" in accept:
-        body, kind = login_page(message), b"text/html; charset=utf-8"
-    else:
-        error = {"error": {"message": message, "type": "authentication_error", "param": None, "code": None}}
-        body, kind = json.dumps(error).encode(), b"application/json"
-    headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+    if scope["method"] != "GET" or b"text/html" not in accept:
+        return await send_json(send, 401, error_body(message, "authentication_error"))
+    body = login_page(message)
+    headers = [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 401, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

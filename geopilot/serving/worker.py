@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
+from geopilot.network import BrowserGate, loopback_host_names
 from geopilot.serving.api import MIN_TEMPERATURE, chat_request
 from geopilot.serving.batcher import Batcher, Busy, Job
 from geopilot.serving.config import ServeConfig
@@ -271,8 +272,10 @@ def serve_worker(pilot, config: ServeConfig, controller: str, host: str, port: i
 
 
 def worker_app(app, config: ServeConfig):
-    """FastChat's worker app behind `WorkerBodies`, behind the body limit (so what it reads is bounded)."""
-    return BodyLimit(WorkerBodies(app), config.max_body_bytes)
+    """FastChat's worker app behind `WorkerBodies`, behind the body limit (so what it reads is bounded), behind
+    BrowserGate: the worker checks no key, so it answers only to its bind address and the loopback names (the
+    controller reaches it by the address it registered; a DNS-rebound page gets 421)."""
+    return BrowserGate(BodyLimit(WorkerBodies(app), config.max_body_bytes), loopback_host_names(config.host))
 
 
 class WorkerBodies:

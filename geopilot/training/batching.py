@@ -15,7 +15,8 @@ from collections import OrderedDict
 
 import torch
 
-from geopilot.batch import collate, pixel_values
+from geopilot.batch import collate
+from geopilot.families import family_of_processor
 from geopilot.image import load_image
 from geopilot.render import Rendered
 
@@ -86,6 +87,7 @@ class Collator:
 
     def __init__(self, processor, max_pixels: int = 100_000_000, image_cache: int = 0):
         self.processor, self.max_pixels = processor, max_pixels
+        self.family = family_of_processor(processor)
         self.pad_token_id = processor.tokenizer.pad_token_id
         self.image_cache, self._cached = image_cache, OrderedDict()
 
@@ -93,20 +95,24 @@ class Collator:
         batch = collate([Rendered(list(r["input_ids"]), list(r["labels"])) for r in rows], self.pad_token_id)
         images = [r["image"] for r in rows if r["image"]]
         if images:
-            batch["pixel_values"] = torch.cat([self._pixels(path) for path in images])
+            inputs = [self._image_inputs(path) for path in images]
+            batch.update({key: torch.cat([one[key] for one in inputs]) for key in inputs[0]})
+            image_token_id = self.processor.image_token_id
+            batch.update(self.family.vision_kwargs(image_token_id, batch["input_ids"], batch.get("image_grid_thw")))
         batch["sample_ids"] = [r["id"] for r in rows]
         return batch
 
-    def _pixels(self, path: str) -> torch.Tensor:
+    def _image_inputs(self, path: str) -> dict:
+        """One image's model inputs (LLaVA: pixel_values; Qwen2.5-VL: also image_grid_thw), through the cache."""
         if path in self._cached:
             self._cached.move_to_end(path)
             return self._cached[path]
-        pixels = pixel_values(self.processor, [load_image(path, max_pixels=self.max_pixels).image])
+        inputs = self.family.image_inputs(self.processor, [load_image(path, max_pixels=self.max_pixels).image])
         if self.image_cache > 0:
-            self._cached[path] = pixels
+            self._cached[path] = inputs
             if len(self._cached) > self.image_cache:
                 self._cached.popitem(last=False)
-        return pixels
+        return inputs
 
 
 def padding_stats(batch: dict) -> tuple[int, int]:

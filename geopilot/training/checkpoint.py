@@ -138,7 +138,7 @@ class CheckpointStore:
         if rejected:
             details = "; ".join(f"{name}: {why}" for name, why in rejected)
             raise CheckpointError(
-                f"no complete checkpoint in {self.root} ({details}); delete the incomplete ones to start over, "
-                "or set checkpoint.resume=false"
+                f"no complete checkpoint in {self.root} ({details}); delete the incomplete ones to resume from "
+                "the start, or use a new output_dir"
             )
         return None

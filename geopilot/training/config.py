@@ -68,7 +68,7 @@ class LoraSettings(StrictConfig):
     alpha: int = Field(default=256, ge=1)
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
     target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-    modules_to_save: list[str] = ["multi_modal_projector"]
+    modules_to_save: list[str] | None = None  # None: the model family's projector (multi_modal_projector, merger)
     qlora: bool = False  # the frozen base in 4 bits (bitsandbytes NF4); CUDA only
 
 
@@ -152,8 +152,11 @@ class TrainConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _stage_two_starts_from_a_model(self) -> TrainConfig:
-        if self.stage == 2 and self.model.init != "llava_hf":
-            raise ValueError("stage 2 continues from the stage-1 export: set model.init=llava_hf and model.llava_path")
+        if self.stage == 2 and self.model.init not in ("llava_hf", "pretrained"):
+            raise ValueError(
+                "stage 2 continues from the stage-1 export: set model.init=llava_hf and model.llava_path "
+                "(family qwen2_5_vl: model.init=pretrained and model.path)"
+            )
         if self.optim.global_batch_size % self.optim.per_device_batch_size:
             raise ValueError(
                 f"optim.global_batch_size {self.optim.global_batch_size} is not a multiple of "

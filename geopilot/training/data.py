@@ -2,8 +2,8 @@
 
     load + render each file (cached)  ->  drop skips (too long, bad image, duplicate id)  ->  select the stage
 
-The cache key is the data file's sha256 + the tokenizer's fingerprint + the renderer's source hash + the number of
-image tokens + max_length, so changing any of them re-renders and nothing stale is reused. Every skip is counted
+The cache key is the data file's sha256 + the tokenizer's fingerprint + the renderers' source hash + what the
+image-token counts depend on (`ImageTokens.key`) + max_length, so changing any of them re-renders and nothing stale is reused. Every skip is counted
 by cause and reported; too many skips, or none left, is an error rather than a silently smaller run.
 """
 
@@ -16,13 +16,15 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from geopilot.errors import GeoPilotInputError, ImageInputError, SampleError
+from geopilot.families import family_of_processor, llava, qwen2_5_vl
 from geopilot.fileio import fingerprint
 from geopilot.image import load_image
-from geopilot.render import render_sample
 from geopilot.sample import LoadReport, load_samples
 from geopilot.training.config import DataConfig
 from geopilot.training.mixture import Mixture, select_stage
@@ -33,6 +35,34 @@ MAX_REPORTED_EXAMPLES = 20
 
 class TrainingDataError(GeoPilotInputError):
     """The training set cannot be built: no samples left, or more skipped than allowed."""
+
+
+@dataclass(frozen=True)
+class ImageTokens:
+    """How many image tokens a sample's image takes under the model's family (LLaVA: one fixed count; Qwen2.5-VL:
+    by the image's size), the family whose renderer writes them, and what the counts depend on (`key`)."""
+
+    family: ModuleType
+    count: Callable[[str], int]  # image path -> image tokens
+    key: str
+
+    @classmethod
+    def of(cls, processor, max_pixels: int) -> ImageTokens:
+        family = family_of_processor(processor)
+        return cls(
+            family,
+            lambda path: family.sample_image_tokens(processor, path, max_pixels),
+            family.image_tokens_key(processor),
+        )
+
+    @classmethod
+    def fixed(cls, count: int) -> ImageTokens:
+        """What a plain number of image tokens means: LLaVA's renderer, that count for every image."""
+        return cls(llava, lambda path: count, str(count))
+
+
+def _image_tokens(value: int | ImageTokens) -> ImageTokens:
+    return ImageTokens.fixed(value) if isinstance(value, int) else value
 
 
 @dataclass
@@ -82,18 +112,23 @@ def render_version() -> str:
     """Hash of the code that turns a sample into tokens: a change there invalidates every cache entry."""
     from geopilot import render, sample, tokenizer, tool_output, wire
 
-    source = "".join(inspect.getsource(module) for module in (render, wire, tokenizer, tool_output, sample))
+    modules = (render, wire, tokenizer, tool_output, sample, llava, qwen2_5_vl)
+    source = "".join(inspect.getsource(module) for module in modules)
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def _render_file(path: Path, tokenizer, num_image_tokens: int, cfg: DataConfig) -> tuple[dict, dict]:
+def _render_file(path: Path, tokenizer, image_tokens: ImageTokens, cfg: DataConfig) -> tuple[dict, dict]:
     """One JSONL file -> columns (every valid sample, with a `skip` reason for the unrenderable) + load report."""
     report = LoadReport()
     columns: dict[str, list] = {name: [] for name in COLUMNS}
     for sample in load_samples(path, on_error=cfg.on_bad_line, report=report):
         image_path = sample.image_path(path.parent)
         try:
-            rendered = render_sample(sample, tokenizer, num_image_tokens, cfg.max_length)
+            count = image_tokens.count(str(image_path)) if image_path else 0
+        except ImageInputError:  # an unreadable image: the image check drops the sample (data.check_images)
+            count = 0
+        try:
+            rendered = image_tokens.family.render_sample(sample, tokenizer, count, cfg.max_length)
             ids, labels, skip = rendered.input_ids, rendered.labels, ""
         except SampleError as err:
             ids, labels, skip = [], [], f"too_long: {err}"
@@ -117,10 +152,12 @@ def _render_file(path: Path, tokenizer, num_image_tokens: int, cfg: DataConfig) 
     }
 
 
-def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int, cfg: DataConfig, cache_root: Path):
-    """The cached rendering of one file: (datasets.Dataset, load report). Written aside, then renamed."""
+def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int | ImageTokens, cfg: DataConfig, cache_root: Path):
+    """The cached rendering of one file: (datasets.Dataset, load report). Written aside, then renamed.
+    `num_image_tokens`: a number (LLaVA, every image) or the model's `ImageTokens.of(processor, max_pixels)`."""
     import datasets
 
+    image_tokens = _image_tokens(num_image_tokens)
     path = Path(path)
     if not path.is_file():
         raise TrainingDataError(f"data file not found: {path}")
@@ -128,7 +165,7 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int, cfg: Data
         _sha256_file(path),
         tokenizer_fingerprint(tokenizer),
         render_version(),
-        str(num_image_tokens),
+        image_tokens.key,
         str(cfg.max_length),
         cfg.on_bad_line,
         str(path.parent.resolve()),
@@ -137,7 +174,7 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int, cfg: Data
     entry = cache_root / f"{path.stem}-{key}"
     if (entry / "load_report.json").is_file():
         return datasets.load_from_disk(str(entry / "dataset")), json.loads((entry / "load_report.json").read_text())
-    columns, load_report = _render_file(path, tokenizer, num_image_tokens, cfg)
+    columns, load_report = _render_file(path, tokenizer, image_tokens, cfg)
     features = datasets.Features(
         {
             "id": datasets.Value("string"),
@@ -176,7 +213,7 @@ def _image_problem(image: str, max_pixels: int) -> str | None:
 
 
 def build_training_data(
-    cfg: DataConfig, stage: int, tokenizer, num_image_tokens: int, cache_root: Path
+    cfg: DataConfig, stage: int, tokenizer, num_image_tokens: int | ImageTokens, cache_root: Path
 ) -> TrainingData:
     import datasets
 

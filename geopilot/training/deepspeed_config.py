@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-from geopilot.errors import ConfigError
+from geopilot.config import CONFIG_MAX_BYTES
+from geopilot.errors import ConfigError, GeoPilotInputError
+from geopilot.fileio import read_json
 
 # Every top-level name DeepSpeed 0.19 reads (runtime/config.py's getters, runtime/constants.py, and the sections other
 # modules read), pinned here; tests/training/test_deepspeed_config.py checks the installed DeepSpeed against it, so a
@@ -154,9 +155,9 @@ def read_deepspeed_json(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"engine.deepspeed: DeepSpeed config not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        data = read_json(path, CONFIG_MAX_BYTES, "DeepSpeed config")
+    except GeoPilotInputError as err:
+        raise ConfigError(str(err)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be an object")
     refuse_engine_sections(data, str(path))

@@ -18,11 +18,6 @@ from geopilot.training import deepspeed_config
 from geopilot.training.config import TrainConfig
 
 EXPORT_INFO = "geopilot_train.json"
-COMPONENTS = {  # freeze flag -> module name prefixes in LlavaForConditionalGeneration
-    "vision_tower": ("model.vision_tower.",),
-    "projector": ("model.multi_modal_projector.",),
-    "language_model": ("model.language_model.", "lm_head."),
-}
 
 
 def world_size_from_env() -> int:
@@ -134,11 +129,13 @@ def make_accelerator(cfg: TrainConfig, ds_config: dict | None, world_size: int, 
 
 def stage_one_export(cfg: TrainConfig) -> Path:
     """Stage 2 starts from the stage-1 export; say so clearly when it is not there."""
-    path = Path(cfg.model.llava_path or "")
+    checkpoint = cfg.model.checkpoint_dir
+    path = Path(checkpoint or "")
     info = path / EXPORT_INFO
-    if not cfg.model.llava_path or not (path / "config.json").is_file():
+    if not checkpoint or not (path / "config.json").is_file():
+        key = "llava_path" if cfg.model.init == "llava_hf" else "path"
         raise WeightsError(
-            f"stage 2 needs the stage-1 model: model.llava_path={cfg.model.llava_path!r} is not a model directory "
+            f"stage 2 needs the stage-1 model: model.{key}={checkpoint!r} is not a model directory "
             "(run stage 1 first, e.g. python train.py --config configs/tiny/stage1.yaml)"
         )
     if not info.is_file() or json.loads(info.read_text(encoding="utf-8")).get("stage") != 1:
@@ -221,7 +218,10 @@ def build_quantized_base(cfg: TrainConfig):
 
 
 def apply_freeze(model, cfg: TrainConfig) -> None:
-    frozen = [prefixes for name, prefixes in COMPONENTS.items() if getattr(cfg.freeze, name)]
+    from geopilot.families import family_of_model
+
+    groups = family_of_model(model).FREEZE_GROUPS
+    frozen = [prefixes for name, prefixes in groups.items() if getattr(cfg.freeze, name)]
     for name, param in model.named_parameters():
         param.requires_grad = not any(name.startswith(p) for prefixes in frozen for p in prefixes)
 
@@ -230,7 +230,10 @@ def apply_lora(model, cfg: TrainConfig):
     """peft trains the adapters + `modules_to_save` (the projector, unless freeze.projector says otherwise)."""
     from peft import LoraConfig, get_peft_model
 
-    lora = cfg.lora
+    from geopilot.families import family_of_model
+
+    lora, family = cfg.lora, family_of_model(model)
+    saved = family.MODULES_TO_SAVE if lora.modules_to_save is None else lora.modules_to_save
     matches = [n for n, _ in model.named_modules() if re.fullmatch(lora.target_modules, n)]
     if not matches:
         raise ConfigError(f"lora.target_modules {lora.target_modules!r} matches no module of the model")
@@ -239,9 +242,7 @@ def apply_lora(model, cfg: TrainConfig):
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
-        modules_to_save=[
-            m for m in lora.modules_to_save if not (cfg.freeze.projector and m == "multi_modal_projector")
-        ],
+        modules_to_save=[m for m in saved if not (cfg.freeze.projector and m in family.MODULES_TO_SAVE)],
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, peft_config)

@@ -53,23 +53,26 @@ def _gathered(accelerator, model):
 
 ADAPTER_DIR = "adapter"
 PROJECTOR_FILE = "projector.safetensors"
-PROJECTOR_PREFIX = "multi_modal_projector."
 
 
 def save_adapter(peft_model, processor, out_dir: Path, info: dict) -> None:
     """peft's adapter files + the projector's trained weights + the processor + what the run was."""
     from safetensors.torch import save_file
 
+    from geopilot.families import family_of_model
+
+    prefix = family_of_model(peft_model).MODULES_TO_SAVE[0] + "."  # the projector: multi_modal_projector, merger
     peft_model.save_pretrained(out_dir, safe_serialization=True)
     # peft keeps the trained copy under `modules_to_save.default.` (beside `original_module.`); plain names are written
     projector = {
-        name.split(PROJECTOR_PREFIX, 1)[1].replace("modules_to_save.default.", ""): param.detach().cpu().contiguous()
+        name.split(prefix, 1)[1].replace("modules_to_save.default.", ""): param.detach().cpu().contiguous()
         for name, param in peft_model.named_parameters()
-        if PROJECTOR_PREFIX in name and "original_module" not in name
+        if prefix in name and "original_module" not in name
     }
     save_file(projector, str(out_dir / PROJECTOR_FILE))
     processor.save_pretrained(out_dir)
-    base = info["config"]["model"].get("llava_path")
+    model_cfg = info["config"]["model"]
+    base = model_cfg.get("llava_path") or model_cfg.get("path")
     (out_dir / EXPORT_INFO).write_text(json.dumps({**info, "adapter_base": base}, indent=1, default=str), "utf-8")
 
 

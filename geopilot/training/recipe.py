@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from geopilot.config import add_override_arguments, parse_command_line
-from geopilot.errors import GeoPilotInputError
+from geopilot.errors import GeoPilotInputError, echo, one_line
 from geopilot.run_dir import changed_settings
 from geopilot.training.config import TrainConfig, load_train_config, result_settings
 
@@ -53,7 +53,15 @@ def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> 
     try:
         return train(load_train_config(args.config, args.overrides), on_step)
     except GeoPilotInputError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
+        print(f"train.py: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    except PermissionError as err:  # a tracking folder or shared cache another user owns: say which, not a traceback
+        where = f" {echo(str(err.filename))}" if err.filename else ""
+        print(
+            f"train.py: error: no permission to use{where} ({err.strerror or err}); choose an output_dir and "
+            "data.cache_dir this user can write",
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -62,11 +70,10 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
 
-    from geopilot.model import num_image_tokens
     from geopilot.training import tracking
     from geopilot.training.batching import Collator, LengthGroupedBatches, RandomBatches
     from geopilot.training.checkpoint import CheckpointStore
-    from geopilot.training.data import build_training_data
+    from geopilot.training.data import ImageTokens, build_training_data
     from geopilot.training.deepspeed_config import zero_stage
     from geopilot.training.engine import (
         EXPORT_INFO,
@@ -99,14 +106,11 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> int:
     # --- model and data
     model, processor = build_stage_model(cfg)
     with accelerator.main_process_first():  # the main process fills the tokenisation cache, the others read it
-        data = build_training_data(
-            cfg.data, cfg.stage, processor.tokenizer, num_image_tokens(model.config), cfg.cache_dir
-        )
+        image_tokens = ImageTokens.of(processor, cfg.data.max_pixels)
+        data = build_training_data(cfg.data, cfg.stage, processor.tokenizer, image_tokens, cfg.cache_dir)
         eval_data = None
         if cfg.data.eval_files:
-            eval_data = build_eval_data(
-                cfg.data, processor.tokenizer, num_image_tokens(model.config), cfg.cache_dir, data.dataset["id"]
-            )
+            eval_data = build_eval_data(cfg.data, processor.tokenizer, image_tokens, cfg.cache_dir, data.dataset["id"])
     planning = None
     if cfg.eval.planning_cases:
         from geopilot.training.planning_eval import PlanningProbe
@@ -391,7 +395,8 @@ def _check_same_run(state: dict, run: dict, path: Path) -> None:
     if changed:
         details = ", ".join(changed)
         raise CheckpointError(
-            f"{path} belongs to a different run ({details}); use a new output_dir or checkpoint.resume=false"
+            f"{path} belongs to a different run ({details}); use a new output_dir for this run (that one's "
+            "checkpoints stay as they are)"
         )
 
 

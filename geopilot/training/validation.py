@@ -15,7 +15,7 @@ from pathlib import Path
 
 from geopilot.render import IGNORE_INDEX
 from geopilot.training.config import DataConfig
-from geopilot.training.data import TrainingDataError, _image_problem, tokenised_file
+from geopilot.training.data import ImageTokens, TrainingDataError, _image_problem, tokenised_file
 
 log = logging.getLogger("geopilot.train")
 GROUPS = ("source", "modality", "ability")
@@ -28,7 +28,9 @@ class EvalData:
     shared_with_training: int
 
 
-def build_eval_data(cfg: DataConfig, tokenizer, num_image_tokens: int, cache_root: Path, train_ids) -> EvalData:
+def build_eval_data(
+    cfg: DataConfig, tokenizer, num_image_tokens: int | ImageTokens, cache_root: Path, train_ids
+) -> EvalData:
     """Every usable sample of data.eval_files (no stage selection: a stage-1 run also reports SAR loss)."""
     import datasets
 

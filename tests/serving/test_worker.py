@@ -124,6 +124,16 @@ def test_model_details_report_the_real_context_length(worker, tiny):
     assert httpx.post(url + "/model_details", timeout=10).json()["context_length"] == real
 
 
+def test_the_worker_answers_only_to_its_address_and_loopback_names(worker):
+    """It checks no key: a page re-pointed at 127.0.0.1 (DNS rebinding) gets 421, as from `geopilot serve`."""
+    _, url = worker()
+    port = url.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}"):
+        reply = httpx.post(url + "/model_details", headers={"host": host}, timeout=10)
+        assert reply.status_code == 421 and reply.json()["error"]["code"] == "bad_host", reply.text
+    assert httpx.post(url + "/model_details", headers={"host": f"localhost:{port}"}, timeout=10).status_code == 200
+
+
 def test_stop_is_honoured_by_the_worker(worker):
     made, _ = worker()
     reply = made.generate_gate(_params("TOOL: planes?", stop=" planes"))

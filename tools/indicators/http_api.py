@@ -10,7 +10,9 @@
 Every call goes through the same `ToolRegistry.call` as the agent loop and `geopilot mcp --catalog`, so the three
 return identical results. Binds 127.0.0.1 unless told otherwise; any other address needs an API key
 (`--api-key` or GEOPILOT_API_KEY, the check `geopilot serve` and `geopilot mcp` use), and then every route but
-/health needs it.
+/health needs it. Without a key it answers only to loopback Host names (421 otherwise: DNS rebinding), and like
+every GeoPilot server refuses cross-site Origins (403) and bodies that are not JSON (415): `BrowserGate`. A body
+over 1 MiB is 413; a 422 quotes at most 200 characters of any key.
 """
 
 import argparse
@@ -26,8 +28,10 @@ from pydantic import BaseModel
 
 from geopilot.argtypes import port
 from geopilot.cli import Command
-from geopilot.network import API_KEY_ENV, RequireApiKey, server_api_key
+from geopilot.errors import clipped
+from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
 from geopilot.sample import Action
+from geopilot.serving.security import BodyLimit
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 
@@ -42,6 +46,8 @@ class ToolCallResponse(BaseModel):
 
 
 ERROR_STATUS = {"timeout": 504}  # any other failure of a valid request (no such area, display-only layer): 400
+MAX_BODY_BYTES = 2**20  # a call's params: a few names and numbers (413 over it, before it is read whole)
+MAX_PROBLEMS = 20  # of an invalid body's problems, those a 422 lists
 SERVED_ARTIFACTS = 200  # the names /artifacts answers for: the newest charts this server made (as the tools prune)
 
 
@@ -70,15 +76,26 @@ class ArtifactNames:
             return self.paths.get(name)
 
 
-def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools", api_key: str | None = None):
-    """The FastAPI app (behind the API-key middleware when `api_key` is given)."""
+def create_app(
+    registry: ToolRegistry,
+    title: str = "GeoPilot indicator tools",
+    api_key: str | None = None,
+    host: str | None = None,
+):
+    """The FastAPI app behind BrowserGate (and the API-key check when `api_key` is given). `host` is the address it
+    is served on: without a key it then answers only to that address's loopback Host names (None: any Host, for
+    in-process clients such as TestClient)."""
     app = FastAPI(title=title, version="1.0", description=__doc__.split("\n\n")[0])
     names = ArtifactNames()
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request, err: RequestValidationError) -> JSONResponse:
-        # FastAPI's own handler echoes the input back, and an echoed NaN cannot be encoded (a 500)
-        detail = [{key: e[key] for key in ("type", "loc", "msg") if key in e} for e in err.errors()]
+        # FastAPI's own handler echoes the input back, and an echoed NaN cannot be encoded (a 500); a key of the
+        # input is shown clipped (a 5 MB key would come back whole)
+        detail = [
+            {"type": e["type"], "loc": [clipped(p) if isinstance(p, str) else p for p in e["loc"]], "msg": e["msg"]}
+            for e in err.errors()[:MAX_PROBLEMS]
+        ]
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.get("/health")
@@ -93,7 +110,7 @@ def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools", 
     def artifact(name: str) -> FileResponse:
         path = names.path(name)
         if path is None or not path.is_file():
-            raise HTTPException(404, f"no artefact {name!r} (only the newest {SERVED_ARTIFACTS} are kept)")
+            raise HTTPException(404, f"no artefact {clipped(repr(name))} (only the newest {SERVED_ARTIFACTS} are kept)")
         return FileResponse(path)
 
     for tool in registry:
@@ -106,7 +123,9 @@ def create_app(registry: ToolRegistry, title: str = "GeoPilot indicator tools", 
             response_model=ToolCallResponse,
             responses={400: {"model": ToolCallResponse}, 504: {"model": ToolCallResponse}},
         )
-    return RequireApiKey(app, api_key, open_paths=("/health",)) if api_key else app
+    limited = BodyLimit(app, MAX_BODY_BYTES)
+    keyed = RequireApiKey(limited, api_key, open_paths=("/health",)) if api_key else limited
+    return BrowserGate(keyed, None if host is None else answered_host_names(host, api_key))
 
 
 def _endpoint(registry: ToolRegistry, name: str, params_model: type[BaseModel], names: ArtifactNames):
@@ -147,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
 
     key = server_api_key("indicators", args.host, args.api_key)
     registry = build_indicator_registry(Path(args.catalog), args.artifacts_dir)
-    uvicorn.run(create_app(registry, api_key=key), host=args.host, port=args.port, log_level="warning")
+    app = create_app(registry, api_key=key, host=args.host)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

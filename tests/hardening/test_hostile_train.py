@@ -1,0 +1,38 @@
+"""train.py under hostile input (issue 37): configs that are FIFOs, devices or nested too deep, and a folder another
+user owns: exit 2, one line on stderr, no traceback (config cases in a fresh process, measured)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from helpers.hostile import run_cli
+
+from geopilot.training import recipe
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [("fifo", "is a FIFO"), ("/dev/zero", "character device"), ("deep", "nested too deep")],
+)
+def test_configs_that_are_not_small_yaml_files(tmp_path, config, message):
+    path = tmp_path / "stage1.yaml"
+    if config == "fifo":
+        os.mkfifo(path)
+    elif config == "deep":
+        path.write_text("optim: " + "{a: " * 30_000 + "1" + "}" * 30_000)
+    given = config if config == "/dev/zero" else path
+    assert message in run_cli(["--config", given], tmp_path, module="geopilot.training.recipe").refused()
+
+
+def test_a_folder_another_user_owns_is_one_line(monkeypatch, capsys):
+    # As root (the test machine) no folder refuses a write, so the PermissionError a tracker or the datasets cache
+    # raises for another user's folder is raised where training starts.
+    def train(cfg, on_step=None):
+        raise PermissionError(13, "Permission denied", "/shared/runs/stage1/wandb")
+
+    monkeypatch.setattr(recipe, "train", train)
+    monkeypatch.setattr(recipe, "load_train_config", lambda path, overrides: None)
+    assert recipe.main(["--config", "stage1.yaml"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no permission to use '/shared/runs/stage1/wandb' (Permission denied)" in line and "output_dir" in line
