@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from geopilot.agent.plan_grammar import PlanConstraint
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
-from geopilot.tool_protocol import ToolCallError, ToolRegistry
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolCallError
 
 ToolChoice = Literal["none", "auto", "required"]
 

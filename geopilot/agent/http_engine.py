@@ -29,7 +29,7 @@ from geopilot.agent.requests import PreparedRequest
 from geopilot.errors import GeoPilotError
 from geopilot.families import family_of_dir, get_family
 from geopilot.generation import GenerationOptions, Turn
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 
 MIN_REQUEST_S = 0.05  # a request is not sent with less time than this left before the chat's deadline
 

@@ -21,7 +21,9 @@ from geopilot.agent.results import ChatResult, Outcome, Timings, TokenCounts, To
 from geopilot.generation import Turn
 from geopilot.plan_parser import PlanParseError, parse_plan
 from geopilot.sample import Action, AssistantMessage, ToolMessage
-from geopilot.tool_protocol import ChatCalls, ToolCallError, ToolRegistry, ToolResult
+from geopilot.tool_chains import ChatCalls
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolCallError, ToolResult
 from geopilot.wire import format_repair_turn, format_tool_turn
 
 MAX_CONCURRENT_DIALOGUES = 8  # rows of a batch whose tool calls run at the same time

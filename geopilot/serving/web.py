@@ -122,17 +122,17 @@ class DemoRunner:
 
     def open_image(self, path: str):
         """The upload checked with the API's limits (body size, pixels) and loaded."""
-        from geopilot.serving.api import _loaded
+        from geopilot.serving.chat_request import load_request_image
 
         size = Path(path).stat().st_size
         if size > self.config.max_body_bytes:
             raise ServeError(
                 413, f"the file has {size:,} bytes, over this server's limit of {self.config.max_body_bytes:,}"
             )
-        return _loaded(Path(path).read_bytes(), self.config.max_image_pixels)
+        return load_request_image(Path(path).read_bytes(), self.config.max_image_pixels)
 
     def options(self, temperature: float, max_tokens: int) -> GenerationOptions:
-        from geopilot.serving.api import MIN_TEMPERATURE
+        from geopilot.serving.chat_request import MIN_TEMPERATURE
 
         sample = temperature >= MIN_TEMPERATURE
         return GenerationOptions(

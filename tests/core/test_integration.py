@@ -48,7 +48,7 @@ def test_cli_chat_prints_json_and_saves_a_visualisation(tiny_model_dir, scene, t
             scene,
             "How many planes?",
             "--json",
-            "--save-vis",
+            "--out",
             str(vis),
             "--device",
             "cpu",

@@ -153,7 +153,7 @@ def test_the_stage_configs_are_valid_train_configs(tmp_path):
     one = TrainConfig.model_validate(pipeline.train_config(layout, settings, 1))
     two = TrainConfig.model_validate(pipeline.train_config(layout, settings, 2))
     assert one.freeze.vision_tower is False and one.model.tokenizer_path == str(layout.tokenizer)
-    assert two.data.alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
+    assert two.data.replay_alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
 
 
 def test_a_relative_out_resumed_from_another_directory_is_the_same_training_run(tmp_path, monkeypatch):

@@ -21,10 +21,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from geopilot.cancellation import check_cancelled
 from geopilot.errors import ImageInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Modality
+from geopilot.tool_chains import REFERENCE_HELP, check_reference
 from geopilot.tool_output import Detection, ToolOutput
-from geopilot.tool_protocol import REFERENCE_HELP, check_reference
 from geopilot.tools.geo import to_geojson
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
