@@ -31,10 +31,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from geopilot.errors import GeoPilotInputError, clipped
+from geopilot.errors import clipped
 from geopilot.network import BrowserGate, answered_host_names, key_matches
 from geopilot.serving import web_login
-from geopilot.serving.batcher import Batcher, Busy, Job, Slot
+from geopilot.serving.batcher import Batcher, Job
 from geopilot.serving.chat_request import (
     conversation_request,
     generation_options,
@@ -43,6 +43,7 @@ from geopilot.serving.chat_request import (
     pick,
 )
 from geopilot.serving.config import ServeConfig
+from geopilot.serving.jobs import admit, geojson_of, job_error
 from geopilot.serving.protocol import (
     ChatCompletionRequest,
     tool_call_entries,
@@ -156,7 +157,7 @@ def create_app(
                 f"model {clipped(repr(body.model))} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
-        slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
+        slot = admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
             image = await image_source(body, policy, deadline)
             conversation = await asyncio.to_thread(conversation_request, body, image, config, pilot)
@@ -188,22 +189,6 @@ def _model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "geopilot"}
 
 
-def _admit(batcher: Batcher) -> Slot:
-    try:
-        return batcher.admit()
-    except Busy as err:
-        raise ServeError(503, f"server busy: {err}", "server_error", code="busy") from None
-
-
-def _job_error(err: BaseException) -> ServeError:
-    if isinstance(err, ServeError):
-        return err
-    if isinstance(err, GeoPilotInputError):
-        return ServeError(400, str(err), code="bad_request")
-    log.error("chat failed", exc_info=err)
-    return ServeError(500, f"internal error ({type(err).__name__}); the server keeps serving", "server_error")
-
-
 async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s: float):
     """The job's ChatResult; cancels it when the client leaves or the request runs past `deadline`."""
     future = asyncio.wrap_future(job.future)
@@ -211,7 +196,7 @@ async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s:
         done, _ = await asyncio.wait({future}, timeout=max(0.01, min(0.2, deadline - time.monotonic())))
         if done:
             if future.exception() is not None:
-                raise _job_error(future.exception())
+                raise job_error(future.exception())
             return future.result()
         if await request.is_disconnected():
             batcher.cancel(job)
@@ -239,12 +224,6 @@ def _visualization(job: Job, result) -> str:
     buffer = io.BytesIO()
     drawn.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def geojson_of(result) -> dict | None:
-    """A georeferenced image's results: every call's features as one RFC 7946 FeatureCollection (WGS 84)."""
-    features = [f for c in result.tool_calls if c.output and c.output.geojson for f in c.output.geojson["features"]]
-    return {"type": "FeatureCollection", "features": features} if features else None
 
 
 async def _extension(result, job: Job, body: ChatCompletionRequest) -> dict:
@@ -338,7 +317,7 @@ def _stream(
                     sent += piece
                     yield chunk({"content": piece})
             if job.future.exception() is not None:
-                yield f"data: {json.dumps(_job_error(job.future.exception()).body())}\n\n"
+                yield f"data: {json.dumps(job_error(job.future.exception()).body())}\n\n"
                 return
             result = job.future.result()
             message, finish = _message(result, body)

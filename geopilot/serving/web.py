@@ -150,14 +150,14 @@ class DemoRunner:
         session: str = "",
     ) -> AsyncIterator[str | Turn]:
         """Yields the answer as it is decoded (the text so far), then the finished Turn (and updates `state`)."""
-        from geopilot.serving.api import _admit, _job_error, geojson_of
+        from geopilot.serving.jobs import admit, geojson_of, job_error
 
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue = asyncio.Queue()
         end = object()
         request = {"image": state.loaded, "query": question, "history": state.history or None, "modality": None}
         job = Job(request, self.options(temperature, max_tokens or self.config.max_new_tokens), self.config.max_rounds)
-        job.slot = _admit(self.batcher)
+        job.slot = admit(self.batcher)
         job.on_text = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
         self.running[session] = job
         self.batcher.submit(job)
@@ -171,7 +171,7 @@ class DemoRunner:
             if job.cancelled.is_set():
                 raise ServeError(499, "Stopped: the answer was not finished, and the question is not kept.")
             if job.future.exception() is not None:
-                raise _job_error(job.future.exception())
+                raise job_error(job.future.exception())
             result = job.future.result()
         except TimeoutError:
             raise ServeError(504, f"the request took longer than {self.config.request_timeout_s:g} s") from None
