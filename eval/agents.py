@@ -160,16 +160,28 @@ def _failed_run(err: Exception, started: float) -> AgentRun:
 class GeoPilotAgent:
     name = "geopilot"
 
-    def __init__(self, model: str, registry: ToolRegistry, generation: dict, device: str = "auto", pilot=None):
+    def __init__(
+        self,
+        model: str,
+        registry: ToolRegistry,
+        generation: dict,
+        device: str = "auto",
+        pilot=None,
+        constrain_plans: bool = True,
+    ):
         from geopilot.agent import GeoPilot
         from geopilot.wire import SYSTEM_PROMPT
 
         if pilot is None and not Path(model).is_dir():
             raise GeoPilotInputError(f"--model {model!r} is not a model directory")
-        self.pilot = pilot or GeoPilot.from_pretrained(model, tools=registry, device=device)
+        self.pilot = pilot or GeoPilot.from_pretrained(
+            model, tools=registry, device=device, constrain_plans=constrain_plans
+        )
         self.generation = generation
         self.prompt_hash = sha256_text(SYSTEM_PROMPT)
         self.config = {"agent": self.name, "model": str(Path(model).resolve()), "generation": generation}
+        if not self.pilot.constrain_plans:  # a different run: the ablation never resumes a constrained one
+            self.config["constrain_plans"] = False
 
     def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
         import torch

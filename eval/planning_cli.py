@@ -1,6 +1,6 @@
 """`geopilot eval planning --agent geopilot|openai|hf ... [--cases FILE] --seeds 42,1337,2024 --out DIR`.
 
-    geopilot eval planning --agent geopilot --model runs/s2/export --out runs/eval/geopilot
+    geopilot eval planning --agent geopilot --model runs/stage2/export --out runs/eval/geopilot
     geopilot eval planning --agent openai --engine-url http://localhost:8000/v1 --model Qwen2.5-VL-7B \
         --tools-as openai --api-key-env OPENAI_API_KEY --out runs/eval/qwen
     geopilot eval planning --agent hf --model /models/llava-1.5-7b-hf --out runs/eval/llava
@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deprecated_name(parser, "--timeout-s", "--request-timeout", type=float)
     parser.add_argument("--retries", type=int, default=2, help="openai: retries after a timeout, 429 or 5xx")
     parser.add_argument("--device", default="auto", help="geopilot, hf: cpu, cuda, cuda:1 (default: cuda when present)")
+    parser.add_argument(
+        "--unconstrained-plans",
+        action="store_true",
+        help="geopilot: decode think turns freely instead of in the plan grammar (the ablation)",
+    )
     parser.add_argument("--json", action="store_true", help="print summary.json")
 
 
@@ -72,6 +77,8 @@ def build_agent(args: argparse.Namespace, registry):
 
     if args.max_new_tokens < 1 or args.temperature < 0:
         raise GeoPilotInputError("--max-new-tokens must be >= 1 and --temperature >= 0")
+    if args.unconstrained_plans and args.agent != "geopilot":
+        raise GeoPilotInputError(f"--unconstrained-plans is for --agent geopilot, not {args.agent}")
     generation = {"max_new_tokens": args.max_new_tokens}
     if args.temperature > 0:
         generation.update(do_sample=True, temperature=args.temperature)
@@ -98,8 +105,13 @@ def build_agent(args: argparse.Namespace, registry):
         return agent, f"openai:{args.model}"
     if args.engine_url or args.api_key_env:
         raise GeoPilotInputError(f"--engine-url and --api-key-env are for --agent openai, not {args.agent}")
-    cls = agents.GeoPilotAgent if args.agent == "geopilot" else agents.HFAgent
-    return cls(args.model, registry, generation, device=args.device), f"{args.agent}:{Path(args.model).name}"
+    label = f"{args.agent}:{Path(args.model).name}"
+    if args.agent == "geopilot":
+        agent = agents.GeoPilotAgent(
+            args.model, registry, generation, device=args.device, constrain_plans=not args.unconstrained_plans
+        )
+        return agent, label
+    return agents.HFAgent(args.model, registry, generation, device=args.device), label
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,6 +28,9 @@ REFERENCE_HELP = {
 }
 
 
+REFERENCE_SCHEMA = {"type": "string", "pattern": "^" + RESULT_REFERENCE.pattern + "$"}  # its JSON schema spelling
+
+
 def check_reference(value: str | None) -> str | None:
     """The one spelling of a reference (a pydantic AfterValidator of every reference param); the message names no
     input, so a path or a URL is refused without echoing it."""

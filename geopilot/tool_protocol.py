@@ -43,6 +43,18 @@ Isolation = Literal["thread", "process"]
 UNEXPECTED_PARAMETER = "unexpected parameter"  # how an extra key in a tool call's params is described
 
 
+def _plan_params(tool: Tool) -> tuple[str, str]:
+    """A tool's params schema, with and without its reference params, each checked to compile into the plan grammar
+    (ValueError naming the tool otherwise: at registry load, never at request time)."""
+    from geopilot.agent.plan_schema import check_params_schema
+
+    schema = tool.params_model.model_json_schema()
+    own = {**schema, "properties": {k: v for k, v in schema.get("properties", {}).items() if k not in REFERENCE_PARAMS}}
+    if "required" in schema:
+        own["required"] = [k for k in schema["required"] if k not in REFERENCE_PARAMS]
+    return check_params_schema(tool.name, schema), check_params_schema(tool.name, own)
+
+
 class ToolRegistry:
     """An explicit, ordered set of tools by name."""
 
@@ -55,6 +67,28 @@ class ToolRegistry:
                 raise ValueError(f"two tools are named {tool.name!r}")
             self._tools[tool.name] = tool
         self.timeout_s, self.cancel_grace_s = timeout_s, cancel_grace_s
+        self._plan_params: dict[str, tuple[str, str]] | None = None  # compiled on first use (xgrammar loads torch)
+
+    def check_plan_schemas(self) -> None:
+        """Compile every tool's params schema for the plan grammar (once); ValueError naming the first tool whose
+        schema cannot compile. `GeoPilot` calls it when it loads its registry, before any request."""
+        if self._plan_params is None:
+            self._plan_params = {name: _plan_params(tool) for name, tool in self._tools.items()}
+
+    def plan_constraint(self, modality: Modality | None = None):
+        """The plan a chat's first think turn may write: calls of this registry's tools (those of `modality`
+        when it is declared), without `result:N` params (there is no earlier call to name)."""
+        from geopilot.agent.plan_schema import PlanConstraint
+
+        names = tuple(n for n, t in self._tools.items() if modality is None or t.modality in (None, modality))
+        return PlanConstraint(names, params=tuple((n, self.plan_params(n, references=False)) for n in names))
+
+    def plan_params(self, name: str, references: bool = True) -> str:
+        """The params JSON schema (JSON text) a plan's call of `name` is decoded in, compiled at load;
+        `references=False` leaves out the `result:N` params (a chat's first plan has no earlier call to name)."""
+        self.check_plan_schemas()
+        with_refs, without = self._plan_params[name]
+        return with_refs if references else without
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools

@@ -137,6 +137,17 @@ class AgentLoop:
             return f"invalid_params: {type(err).__name__}: {err}"
         return None
 
+    def plan_constraint(self):
+        """The grammar of this row's next turn (`geopilot.agent.plan_schema`): the chat's plan, before any tool
+        ran (the think turn and its repair); None for the answer turns, decoded freely. A registry without
+        `plan_constraint` (a stand-in) leaves the plan free."""
+        if self.next_kind == "answer" or self.rounds:
+            return None
+        if self.request.client_tools is not None:
+            return self.request.constraint
+        plan_constraint = getattr(self.registry, "plan_constraint", None)
+        return None if plan_constraint is None else plan_constraint(self.request.gate)
+
     def tokens_used(self) -> int:
         """Context positions this conversation fills so far (each generated turn also holds its </s>). Before the
         first turn: the rendered prompt (empty when the engine renders it itself and counts nothing here)."""

@@ -189,6 +189,13 @@ def _model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "geopilot"}
 
 
+def _give_up(batcher: Batcher, job: Job, future: asyncio.Future) -> None:
+    """Cancel the job; the batch still ends it (with ToolCancelled, usually), so its outcome is read when it comes:
+    an unread asyncio future logs "Future exception was never retrieved" with a traceback."""
+    batcher.cancel(job)
+    future.add_done_callback(lambda done: None if done.cancelled() else done.exception())
+
+
 async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s: float):
     """The job's ChatResult; cancels it when the client leaves or the request runs past `deadline`."""
     future = asyncio.wrap_future(job.future)
@@ -199,10 +206,10 @@ async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s:
                 raise job_error(future.exception())
             return future.result()
         if await request.is_disconnected():
-            batcher.cancel(job)
+            _give_up(batcher, job, future)
             raise ServeError(499, "client closed the request", code="client_gone")
         if time.monotonic() > deadline:
-            batcher.cancel(job)
+            _give_up(batcher, job, future)
             raise ServeError(504, f"the request took longer than {timeout_s:g} s", "server_error", code="timeout")
 
 

@@ -213,6 +213,20 @@ def test_request_timeout_is_504(server):
     assert reply.status_code == 504
 
 
+def test_a_job_given_up_on_logs_no_unretrieved_future(server, caplog):
+    """The timed-out job still ends (cancelled between turns); its outcome is read, so asyncio logs no traceback."""
+    import gc
+
+    url, app = server(delay_s=1.0, request_timeout_s=0.3)
+    assert _post(url, {"model": MODEL, "messages": image_message("TOOL: how many planes?")}).status_code == 504
+    deadline = time.monotonic() + 10
+    while app.state.batcher.admitted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)  # the batch ends after its delay
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+
+
 def test_full_server_answers_503_and_a_client_that_leaves_frees_its_slot(server):
     url, app = server(delay_s=0.4, max_concurrency=1, max_batch=1)
     batcher = app.state.batcher
