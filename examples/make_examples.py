@@ -3,7 +3,7 @@
     python examples/make_examples.py            # rewrites examples/images/ (deterministic: the same bytes each run)
     python examples/make_examples.py --figure docs/images/worked_examples.png   # + each reference call drawn
 
-The scenes come from `geopilot synth`'s generator (geopilot.data_gen.synth_scenes); each is the first seed whose
+The scenes come from `geopilot synth`'s generator (geopilot.data_gen.synthetic.scenes); each is the first seed whose
 scene holds what its question needs. examples/images/README.md describes the files and their format.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from geopilot.data_gen.synth_scenes import SIZE, optical_scene, sar_scene
+from geopilot.data_gen.synthetic.scenes import SIZE, optical_scene, sar_scene
 from geopilot.vocabulary import canonical_class
 
 OUT = Path(__file__).resolve().parent / "images"

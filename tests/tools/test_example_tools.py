@@ -14,7 +14,7 @@ from geopilot.image import load_image
 from geopilot.sample import Action
 from geopilot.tools.example_images import NO_ANNOTATIONS, QUESTIONS, ExampleAnnotationsError, ExampleSet
 from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry
-from geopilot.tools.tasks import TASKS
+from geopilot.tools.task_tools import TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "examples" / "images"
