@@ -40,7 +40,7 @@ def served(tiny_model_dir, tmp_path_factory):
     log = open(tmp_path_factory.mktemp("hostile") / "server.log", "w")  # noqa: SIM115
     command = [sys.executable, str(ROOT / "serve.py"), "--model", str(tiny_model_dir), "--port", str(port)]
     command += ["--api-key", KEY, "--allow-url-host", "127.0.0.1", "--url-timeout", "2", "--request-timeout", "20"]
-    command += ["--max-new-tokens", "16", "--device", "cpu", "--allow-unknown-tools"]
+    command += ["--max-new-tokens", "32", "--device", "cpu", "--allow-unknown-tools"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
