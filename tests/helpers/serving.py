@@ -32,7 +32,11 @@ def serving(app):
     """Run `app` with uvicorn on 127.0.0.1:<free port>; yields the base URL."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    # a gradio_client keeps a heartbeat stream open: stop waiting for it after a second
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -69,6 +73,31 @@ def image_message(question: str, url: str | None = None) -> list[dict]:
             ],
         }
     ]
+
+
+# The one client-run tool most tests offer, in the OpenAI `tools` format.
+DETECT = {
+    "type": "function",
+    "function": {
+        "name": "detect_objects",
+        "description": "finds objects",
+        "parameters": {"type": "object", "properties": {"categories": {"type": "array"}}},
+    },
+}
+
+
+def client_tool(name: str, description: str = "a client tool", parameters: dict | None = None) -> dict:
+    """A client-run tool in the OpenAI `tools` format."""
+    function = {"name": name, "description": description, "parameters": parameters or {"type": "object"}}
+    return {"type": "function", "function": function}
+
+
+def nested_schema(levels: int) -> dict:
+    """An object schema whose properties nest `levels` objects deep (two JSON levels per object)."""
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
 
 
 @contextlib.contextmanager
