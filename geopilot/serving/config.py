@@ -21,7 +21,8 @@ class ServeConfig(StrictConfig):
     )
     max_batch: int = Field(8, ge=1, description="requests decoded together (1: no batching)")
     scheduler: Literal["step", "static"] = Field(
-        "step", description="step: requests join and leave the batch at every decoding step; static: per wait window"
+        "static",  # step becomes the default once its --mixed benchmark is measured (docs/serving.md)
+        description="step: requests join and leave the batch at every decoding step; static: per wait window",
     )
     kv_budget_tokens: int = Field(
         0, ge=0, description="KV cache tokens the running requests may hold (step scheduler; 0: from free memory)"

@@ -113,7 +113,7 @@ def test_the_server_refuses_max_tokens_above_the_kv_budget(pilot):
     from geopilot.serving.api import create_app
     from geopilot.serving.config import ServeConfig
 
-    config = ServeConfig(model_name=MODEL, api_key=KEY, kv_budget_tokens=4096)
+    config = ServeConfig(model_name=MODEL, api_key=KEY, scheduler="step", kv_budget_tokens=4096)
     app = create_app(pilot, config)
     assert isinstance(app.state.batcher, StepScheduler)
     with serving(app) as url:
