@@ -349,6 +349,14 @@ def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsy
     assert (tmp_path / "board" / "leaderboard.png").is_file()
 
 
+def test_the_geopilot_agent_on_a_qwen2_5_vl_export(tmp_path, qwen_dir):
+    """`eval planning --agent geopilot --model DIR` loads a Qwen2.5-VL export by its model_type and scores every case."""
+    *_, out, rows = run_local_agent(tmp_path, "geopilot", qwen_dir, every=6, seed="1", max_new_tokens="4")
+    assert all(r["score"]["category"] != "infra_error" for r in rows), [r["run"].get("infra_error") for r in rows]
+    assert all(r["run"]["tokens_out"] > 0 for r in rows)
+    assert json.loads((out / "summary.json").read_text())["OPA"] is not None
+
+
 def test_hf_agent_on_a_local_vlm_dir(tmp_path, tiny_model_dir):
     *_, rows = run_local_agent(tmp_path, "hf", tiny_model_dir, every=6, seed="1", max_new_tokens="4")
     assert all(r["run"]["infra_error"] is None and r["run"]["tokens_out"] > 0 for r in rows), rows[0]["run"]
