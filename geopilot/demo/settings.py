@@ -48,7 +48,9 @@ class DemoSettings(StrictConfig):
     )
     model_family: Literal["llava", "qwen2_5_vl"] = "llava"  # the base trained from scratch (docs/models.md)
     # model_family qwen2_5_vl: the tiny random Qwen2.5-VL (its own in-process BPE) and its image-token budget
-    qwen_model: TinyQwenConfig = TinyQwenConfig(text_hidden=128, text_layers=4, text_intermediate=384)
+    qwen_model: TinyQwenConfig = TinyQwenConfig(
+        text_hidden=128, text_layers=4, text_intermediate=384, mrope_section=[4, 4, 8]
+    )
     qwen_max_pixels: int = Field(default=28 * 28 * 16, ge=28 * 28)  # at most 16 image tokens, as the tiny LLaVA
     max_length: int = 512  # tokens per training sample (longer ones are skipped and counted by train.py)
     batch_size: int = Field(default=16, ge=1)

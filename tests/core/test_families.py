@@ -144,6 +144,14 @@ def test_an_init_of_another_family_is_refused():
         build_config(ModelConfig, {"family": "qwen2_5_vl", "init": "llava_hf"})
 
 
+def test_a_tiny_qwen_whose_mrope_misses_its_head_dim_is_one_line():
+    from geopilot.config import build_config
+
+    config = {"family": "qwen2_5_vl", "tiny_qwen": {"text_hidden": 128, "text_heads": 4}}
+    with pytest.raises(ConfigError, match=r"mrope_section \[2, 2, 4\] must sum to head_dim / 2 = 16"):
+        build_config(ModelConfig, config)
+
+
 def test_a_model_type_of_no_family_names_the_supported_ones(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "idefics3"}))
     with pytest.raises(WeightsError, match="model_type 'idefics3' is not a supported family") as err:
