@@ -40,6 +40,7 @@ CORE = [
     "jinja2>=3.1",
     "rich>=13",
     "tqdm>=4.66",
+    "xgrammar>=0.2.9,<0.3",  # the plan grammar (geopilot/agent/plan_schema.py); needs only torch, transformers, numpy
 ]
 
 EXTRAS = {

@@ -4,15 +4,15 @@
     torchrun --nproc_per_node 8 train.py --config configs/stage2.yaml
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 train.py --config ...
 
-The recipe lives in the package (geopilot/training/recipe.py; also `python -m geopilot.training.recipe`); this file
-is the entry point a checkout runs. `main(argv, on_step)` is the recipe's: docs/training.md describes both.
+The same command as `geopilot train` (geopilot/commands/train.py; also `python -m geopilot.commands.train`); this
+file is the entry point a checkout runs. The recipe is geopilot/training/recipe.py: docs/training.md describes both.
 """
 
 from __future__ import annotations
 
 import sys
 
-from geopilot.training.recipe import main, parse_args, train
+from geopilot.commands.train import main, parse_args, train
 
 __all__ = ["main", "parse_args", "train"]
 

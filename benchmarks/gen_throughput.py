@@ -24,8 +24,9 @@ from pathlib import Path
 
 from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folder is on sys.path when run as a script)
 
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.tools.registry import annotation_registry
 
 

@@ -48,8 +48,18 @@ def write_scene(path: Path, size: int) -> None:
     from rasterio.transform import from_origin
     from rasterio.windows import Window
 
-    profile = {"driver": "GTiff", "width": size, "height": size, "count": len(BAND_NAMES), "dtype": "uint16",
-               "tiled": True, "blockxsize": 512, "blockysize": 512, "compress": "deflate", "BIGTIFF": "IF_SAFER"}  # fmt: skip
+    profile = {
+        "driver": "GTiff",
+        "width": size,
+        "height": size,
+        "count": len(BAND_NAMES),
+        "dtype": "uint16",
+        "tiled": True,
+        "blockxsize": 512,
+        "blockysize": 512,
+        "compress": "deflate",
+        "BIGTIFF": "IF_SAFER",
+    }
     objects = planted(size)
     rng = np.random.default_rng(0)
     texture = rng.integers(0, 400, (512, 512), dtype=np.uint16)  # repeated ground texture: compresses well
@@ -109,7 +119,7 @@ def measure(path: Path) -> dict:
     from geopilot.sample import Action, AssistantMessage
     from geopilot.tool_protocol import ToolRegistry
     from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
-    from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
+    from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
     from geopilot.wire import assistant_json
 
     model, processor = build_model(ModelConfig(tiny=TinyModelConfig()))

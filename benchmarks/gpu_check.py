@@ -176,11 +176,11 @@ def run_training(args, s: Sizes) -> dict:
     import torch
     from train_throughput import MODES  # benchmarks/train_throughput.py: the padded and the length-grouped orders
 
+    from geopilot.data_gen.synthetic.samples import write_demo_dataset
     from geopilot.model import num_image_tokens
     from geopilot.training.batching import Collator, padding_stats
     from geopilot.training.config import DataConfig
     from geopilot.training.data import build_training_data
-    from geopilot.training.demo_data import write_demo_dataset
 
     device = "cuda" if not args.dry_run else "cpu"
     dtype = "bfloat16"
@@ -188,7 +188,7 @@ def run_training(args, s: Sizes) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model, processor = build_shaped_model(s, dtype)
         path = write_demo_dataset(Path(tmp) / "data", optical=s.samples * 2 // 3, sar=s.samples // 3, seed=0)
-        cfg = DataConfig(files=[str(path)], alpha=1.0, max_length=4096)
+        cfg = DataConfig(files=[str(path)], replay_alpha=1.0, max_length=4096)
         data = build_training_data(cfg, 2, processor.tokenizer, num_image_tokens(model.config), Path(tmp) / "cache")
         model.model.vision_tower.requires_grad_(False)  # stage 2 freezes the vision tower (configs/stage2.yaml)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

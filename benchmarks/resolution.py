@@ -39,8 +39,16 @@ SHAPES = {
             init="tiny",
             dtype="bfloat16",
             tiny=TinyModelConfig(
-                image_size=336, patch_size=14, vision_hidden=1024, vision_layers=24, vision_heads=16,
-                text_hidden=4096, text_layers=32, text_heads=32, text_kv_heads=32, text_intermediate=11008,
+                image_size=336,
+                patch_size=14,
+                vision_hidden=1024,
+                vision_layers=24,
+                vision_heads=16,
+                text_hidden=4096,
+                text_layers=32,
+                text_heads=32,
+                text_kv_heads=32,
+                text_intermediate=11008,
                 max_position_embeddings=4096,
             ),
         ),
@@ -49,13 +57,22 @@ SHAPES = {
             init="tiny",
             dtype="bfloat16",
             tiny_qwen=TinyQwenConfig(
-                text_hidden=3584, text_layers=28, text_heads=28, text_kv_heads=4, text_intermediate=18944,
-                mrope_section=[16, 24, 24], vision_hidden=1280, vision_intermediate=3420, vision_depth=32,
-                vision_heads=16, window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
+                text_hidden=3584,
+                text_layers=28,
+                text_heads=28,
+                text_kv_heads=4,
+                text_intermediate=18944,
+                mrope_section=[16, 24, 24],
+                vision_hidden=1280,
+                vision_intermediate=3420,
+                vision_depth=32,
+                vision_heads=16,
+                window_size=112,
+                fullatt_block_indexes=[7, 15, 23, 31],
             ),
         ),
     },
-}  # fmt: skip
+}
 
 
 def measure(model, processor, size: int, repeats: int) -> dict:

@@ -21,11 +21,11 @@ import torch
 from output import emit  # benchmarks/output.py
 from rounds import MAX_SPREAD, Rounds, judge  # benchmarks/rounds.py (this folder is on sys.path when run as a script)
 
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.model import ModelConfig, build_model, num_image_tokens
 from geopilot.training.batching import Collator, LengthGroupedBatches, RandomBatches, padding_stats
 from geopilot.training.config import DataConfig
 from geopilot.training.data import build_training_data
-from geopilot.training.demo_data import write_demo_dataset
 
 MODES = {"llava_random_padded": RandomBatches, "geopilot_length_grouped": LengthGroupedBatches}
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(tmp) / "data", optical=args.samples * 2 // 3, sar=args.samples // 3, seed=args.seed
         )
         model, processor = build_model(ModelConfig(init="tiny"))
-        cfg = DataConfig(files=[str(path)], alpha=1.0, max_length=4096)
+        cfg = DataConfig(files=[str(path)], replay_alpha=1.0, max_length=4096)
         data = build_training_data(cfg, 2, processor.tokenizer, num_image_tokens(model.config), Path(tmp) / "cache")
         runs = {mode: [] for mode in MODES}
         for _ in range(args.repeats):  # one round = both modes back to back: a busy host hits both alike

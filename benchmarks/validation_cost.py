@@ -1,6 +1,6 @@
 """The cost of validation during training, as a fraction of training time, from one run of the recipe.
 
-One tiny stage-1 run (in-process `geopilot.training.recipe.train`) with a held-out file and evaluations every
+One tiny stage-1 run (in-process `geopilot.commands.train.train`, the recipe with its planning probe) with a held-out file and evaluations every
 `--every` steps; from its metrics.jsonl: the seconds of one training step (data + forward/backward + optimizer, the
 logged time split), the seconds of one evaluation (`time/eval_s`), the fraction this run spent evaluating, and the
 fraction at the default `eval.every_steps` (one evaluation per that many steps).
@@ -17,11 +17,11 @@ from pathlib import Path
 
 from output import emit  # benchmarks/output.py (this folder is on sys.path when run as a script)
 
+from geopilot.commands.train import train
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.eval.cases import load_cases
 from geopilot.eval.planning_set import PLANNING_FILE
 from geopilot.training.config import EvalConfig, load_train_config
-from geopilot.training.demo_data import write_demo_dataset
-from geopilot.training.recipe import train
 from geopilot.training.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

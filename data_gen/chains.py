@@ -160,7 +160,7 @@ def assign(candidates: dict[str, list], target: int, per_record: int) -> list[tu
 
 
 def add_clouds(pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Synthetic clouds (smooth noise, white) over an (H, W, 3) uint8 image, as `synth_scenes` draws them."""
+    """Synthetic clouds (smooth noise, white) over an (H, W, 3) uint8 image, as `synthetic.scenes` draws them."""
     height, width = pixels.shape[:2]
     coarse = Image.fromarray((rng.random((6, 6)) * 255).astype(np.uint8)).resize((width, height), Image.BICUBIC)
     cloud = np.clip((np.asarray(coarse, dtype=np.float64) / 255.0 - 0.45) * 3.0, 0.0, 1.0)[..., None]
@@ -358,7 +358,7 @@ def chain_answer(kind: str, outputs: list[ToolOutput], facts: dict) -> tuple[str
 
 def chain_messages(kind: str, record: AnnotationRecord, image, rng: random.Random) -> list:
     """The chain's messages, its tool turns run through the annotation registry with one ChatCalls."""
-    from geopilot.tool_protocol import ChatCalls
+    from geopilot.tool_chains import ChatCalls
     from geopilot.tools.registry import annotation_registry
 
     registry, calls = annotation_registry(record), ChatCalls()

@@ -1,4 +1,4 @@
-"""`geopilot data check`: read every source of a generation config the way `generate` does, without generating.
+"""`geopilot generate check`: read every source of a generation config the way `generate` does, without generating.
 
 Per source (and its split): the layout the reader recognised, records, objects / questions / graphs / pairs,
 skips by cause with examples, class names outside the vocabulary, the image size range, and the samples each
@@ -11,7 +11,8 @@ import inspect
 from collections import Counter
 
 from geopilot.data_gen.abilities import class_names
-from geopilot.data_gen.generate import GenerateConfig, Plan, plan_source
+from geopilot.data_gen.generate_config import GenerateConfig
+from geopilot.data_gen.jobs import Plan, plan_source
 from geopilot.data_gen.sources import SourceError, SourceRead, read_source, skips_line
 from geopilot.errors import ConfigError
 from geopilot.records import ReadReport

@@ -1,4 +1,5 @@
-"""`geopilot data check --config configs/data_gen/<name>.yaml [--json]`: read every source without generating.
+"""`geopilot generate check --config configs/data_gen/<name>.yaml [--json]`: read every source without generating
+(`geopilot data check`, its released name, still works for one release).
 
 Run it on a new machine before a long `geopilot generate`: it prints, per source, the layout found, what was read,
 what was skipped and why, and the samples each ability would get (`geopilot.data_gen.check`).
@@ -12,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from geopilot.cli import Command
+from geopilot.cli import Moved
 from geopilot.config import add_override_arguments, load_config
 
 
@@ -24,15 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from geopilot.data_gen.check import check_sources, first_failure, render_check
-    from geopilot.data_gen.generate import GenerateConfig
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     check = check_sources(load_config(GenerateConfig, args.config, args.overrides))
     print(json.dumps(check, indent=2, ensure_ascii=False) if args.json else render_check(check))
     failure = first_failure(check)
     if failure is not None:
-        print(f"geopilot data check: error: {failure}", file=sys.stderr)
+        print(f"geopilot generate check: error: {failure}", file=sys.stderr)
         return 2
     return 0
 
 
-COMMANDS = {"check": Command("read every source of a generation config, generate nothing", add_arguments, run)}
+COMMANDS = {"check": Moved("generate check")}  # the released name, for one release

@@ -1,9 +1,11 @@
-"""`geopilot generate --config configs/data_gen/<name>.yaml --out DIR [--shard i/N] [key=value ...]`: write a
-tool-trace dataset; `geopilot generate merge D1 D2 ... --out DIR` joins the N shards of one run into one dataset.
+"""`geopilot generate [run] --config configs/data_gen/<name>.yaml --out DIR [--shard i/N] [key=value ...]`: write a
+tool-trace dataset; `geopilot generate check --config C` reads every source first, generating nothing
+(geopilot.data_gen.data_cli); `geopilot generate merge D1 D2 ... --out DIR` joins the N shards of one run into one
+dataset.
 
 Writes `DIR/shard-NNNNN.jsonl` (samples), `DIR/manifest.json`, `DIR/report.json` + `DIR/report.md`, and keeps
 `DIR/journal/` so that a killed run (or shard), restarted with the same command, finishes with the same samples.
-Run `geopilot data check --config C` first on a new machine. Many machines: docs/data_gen.md.
+Run `geopilot generate check --config C` first on a new machine. Many machines: README.md, "Data generation".
 Exit codes: 0 done, 2 bad config or input, 1 the LLM endpoint failed (what was done is kept; rerun to resume).
 """
 
@@ -14,28 +16,39 @@ import json
 import sys
 from pathlib import Path
 
+from geopilot.cli import Command
 from geopilot.config import add_override_arguments, load_config
+from geopilot.data_gen import data_cli
 from geopilot.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="YAML config (see configs/data_gen/); required but for merge")
+    parser.add_argument("--config", required=True, type=Path, help="YAML config (see configs/data_gen/)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (reuse it to resume)")
     parser.add_argument("--shard", metavar="i/N", help="generate only shard i of N (0 <= i < N); merge them after")
-    add_override_arguments(parser, "backend.concurrency=32  (or: merge D1 D2 ... --out D)")
+    add_override_arguments(parser, "backend.concurrency=32")
+    _add_report_flags(parser)
+
+
+def _add_report_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR", help="the output folders of the shards")
+    parser.add_argument("--out", required=True, type=Path, help="the merged dataset's folder")
+    _add_report_flags(parser)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.overrides[:1] == ["merge"]:
-        return _merge(args)
-    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+        raise ConfigError("merge is its own command: geopilot generate merge D1 D2 ... --out D")
+    from geopilot.data_gen.generate import generate_dataset
+    from geopilot.data_gen.generate_config import GenerateConfig
     from geopilot.data_gen.llm import EndpointRejected, EndpointUnavailable
     from geopilot.data_gen.shards import parse_shard
 
-    if args.config is None:
-        raise ConfigError("--config is required (or: geopilot generate merge D1 D2 ... --out D)")
     shard = parse_shard(args.shard) if args.shard is not None else None
     config = load_config(GenerateConfig, args.config, args.overrides)
     step = {"next": 0}
@@ -60,15 +73,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _merge(args: argparse.Namespace) -> int:
+def merge(args: argparse.Namespace) -> int:
     from geopilot.data_gen.merge import merge_shards
 
-    if args.shard is not None or args.config is not None:
-        raise ConfigError("merge takes shard folders and --out only (their configs are in the folders)")
-    folders = [Path(word) for word in args.overrides[1:]]
-    report = merge_shards(folders, args.out)
+    report = merge_shards(args.shards, args.out)
     manifest = json.loads((Path(args.out) / "manifest.json").read_text(encoding="utf-8"))
-    _print(args, report, len(manifest["shards"]), f" (merged from {len(folders)} shards)")
+    _print(args, report, len(manifest["shards"]), f" (merged from {len(args.shards)} shards)")
     return 0
 
 
@@ -80,3 +90,12 @@ def _print(args: argparse.Namespace, report: dict, files: int, detail: str) -> N
             f"{report['kept']} samples in {files} shard(s), {report['dropped']} dropped{detail}; "
             f"report: {Path(args.out) / 'report.md'}"
         )
+
+
+COMMANDS = {
+    "run": Command("generate tool-trace training data from dataset annotations (the default)", add_arguments, run),
+    "check": Command(
+        "read every source of a generation config, generate nothing", data_cli.add_arguments, data_cli.run
+    ),
+    "merge": Command("join the shard folders of one `--shard i/N` run into one dataset", add_merge_arguments, merge),
+}

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from geopilot.data_gen.generate import GenerateConfig, write_shards
+from geopilot.data_gen.generate import write_shards
+from geopilot.data_gen.generate_config import GenerateConfig
+from geopilot.data_gen.generation_report import build_report, write_report
 from geopilot.data_gen.journal import Journal
-from geopilot.data_gen.report import build_report, write_report
 from geopilot.data_gen.shards import RunLock, parse_shard, recorded_settings, run_dir
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import atomic_write

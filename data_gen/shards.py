@@ -16,13 +16,10 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.errors import ConfigError, GeoPilotInputError, first_line
 from geopilot.run_dir import RunDir
-
-if TYPE_CHECKING:
-    from geopilot.data_gen.generate import GenerateConfig
 
 
 @dataclass(frozen=True)
@@ -94,8 +91,6 @@ def run_dir(out_dir: Path, config: GenerateConfig, shard: Shard | None, code: st
 def recorded_settings(run: dict) -> dict:
     """The identity a run.json records, also one written before run folders had one format (`{config_hash, shard,
     code_version, config}`; one without a code version matches any)."""
-    from geopilot.data_gen.generate import GenerateConfig
-
     if "settings" in run:
         return run["settings"]
     try:

@@ -2,8 +2,8 @@
 
 A source whose root is unusable, or that yields no records, is a `SourceError` (exit 2) naming the layouts the
 reader looks for and the first entries found under the root; a source whose skip rate is above
-`max_skip_fraction` is one too, with the skips by cause. `geopilot generate` and `geopilot data check` both read
-their sources here, so a source that passes `data check` passes `generate`.
+`max_skip_fraction` is one too, with the skips by cause. `geopilot generate` and `geopilot generate check` both read
+their sources here, so a source that passes `generate check` passes `generate`.
 
 Skip rate = skipped items / (skipped items + records + objects kept): readers count a skipped record (missing
 image) and a skipped object (bad polygon) alike, so both kinds of kept item are in the denominator.

@@ -24,7 +24,8 @@ from geopilot.data_gen.templates import names_for, plural
 from geopilot.errors import describe_validation_error
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput, llm_view
-from geopilot.tool_protocol import ToolCallError, ToolRegistry
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolCallError
 
 STRUCTURAL = ("prose", "malformed_json", "reply_schema", "coordinates", "tool_source", "param_schema")
 SEMANTIC = ("query_answerability", "tool_call_correctness", "parameter_consistency", "final_answer_faithfulness")

@@ -1,10 +1,10 @@
 """The optical-replay ablation (paper Table 14): stage 2 trained from ONE stage-1 export for each alpha, each model
 evaluated on SAR VQA (OI / IC / OC / OP, SAR Avg) and optical VQA (RSVQA-HRBEN), written as a table and a plot.
 
-    geopilot ablate-alpha --config configs/eval/ablate_alpha.yaml
+    geopilot ablate-alpha --config configs/ablate_alpha.yaml   (configs/tiny/ablate_alpha.yaml on CPU)
 
-Each alpha trains with `<launcher or python> -m geopilot.training.recipe --config <stage2_config> model.init=llava_hf
-model.llava_path=<stage1> data.alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
+Each alpha trains with `<launcher or python> -m geopilot.commands.train --config <stage2_config> model.init=llava_hf
+model.llava_path=<stage1> data.replay_alpha=<a> output_dir=<out>/alpha_<a>/train <overrides>` (a subprocess, so the
 launcher can be torchrun); a run whose `export/` already exists is not retrained, and the evaluations resume from
 their predictions files, so re-running the command after a crash finishes the grid. SAR Avg is the mean of the four
 SAR VQA type accuracies (the paper's "average over the four subtasks"); HRBEN Avg is the pooled accuracy over
@@ -55,12 +55,12 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
     command = [*cfg.launcher] if cfg.launcher else [sys.executable]
     command += [
         "-m",  # python -m and torchrun -m both run the recipe as a module (train.py is the same recipe)
-        "geopilot.training.recipe",
+        "geopilot.commands.train",
         "--config",
         cfg.stage2_config,
         "model.init=llava_hf",
         f"model.llava_path={cfg.stage1}",
-        f"data.alpha={alpha}",
+        f"data.replay_alpha={alpha}",
         f"output_dir={run_dir}",
         *cfg.overrides,
     ]
@@ -74,7 +74,7 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
 
 def evaluate_alpha(cfg: AblateAlphaConfig, alpha: float, export: Path) -> dict:
     from geopilot import GeoPilot
-    from geopilot.eval.tasks import run_task
+    from geopilot.eval.benchmark_tasks import run_task
 
     pilot = GeoPilot.from_pretrained(export, device=cfg.device)
     generation = {"max_new_tokens": cfg.max_new_tokens}

@@ -26,10 +26,13 @@ from geopilot.eval.cases import Case
 from geopilot.eval.scorer import AgentRun, CallRecord
 from geopilot.eval.tool_calls import ParsedReply, parse_reply
 from geopilot.eval.toolkit import openai_tools, sha256_text, tool_prompt
-from geopilot.image import LoadedImage, load_image
+from geopilot.image import load_image
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action
+from geopilot.tool_chains import ChatCalls
 from geopilot.tool_output import llm_view
-from geopilot.tool_protocol import ChatCalls, ToolRegistry, ToolResult
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolResult
 from geopilot.wire import dumps, format_tool_turn
 
 RAW_CHARS = 2000
@@ -157,16 +160,28 @@ def _failed_run(err: Exception, started: float) -> AgentRun:
 class GeoPilotAgent:
     name = "geopilot"
 
-    def __init__(self, model: str, registry: ToolRegistry, generation: dict, device: str = "auto", pilot=None):
+    def __init__(
+        self,
+        model: str,
+        registry: ToolRegistry,
+        generation: dict,
+        device: str = "auto",
+        pilot=None,
+        constrain_plans: bool = True,
+    ):
         from geopilot.agent import GeoPilot
         from geopilot.wire import SYSTEM_PROMPT
 
         if pilot is None and not Path(model).is_dir():
             raise GeoPilotInputError(f"--model {model!r} is not a model directory")
-        self.pilot = pilot or GeoPilot.from_pretrained(model, tools=registry, device=device)
+        self.pilot = pilot or GeoPilot.from_pretrained(
+            model, tools=registry, device=device, constrain_plans=constrain_plans
+        )
         self.generation = generation
         self.prompt_hash = sha256_text(SYSTEM_PROMPT)
         self.config = {"agent": self.name, "model": str(Path(model).resolve()), "generation": generation}
+        if not self.pilot.constrain_plans:  # a different run: the ablation never resumes a constrained one
+            self.config["constrain_plans"] = False
 
     def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
         import torch
@@ -248,7 +263,7 @@ class OpenAIAgent:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         if not base_url.startswith(("http://", "https://")):
-            raise GeoPilotInputError(f"--base-url must start with http:// or https://, got {base_url!r}")
+            raise GeoPilotInputError(f"--engine-url must start with http:// or https://, got {base_url!r}")
         key = None
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -425,7 +440,7 @@ class HFAgent:
 
 AGENTS: dict[str, str] = {
     "geopilot": "a GeoPilot checkpoint in-process (--model DIR)",
-    "openai": "an OpenAI-compatible chat endpoint (--base-url URL --model NAME)",
+    "openai": "an OpenAI-compatible chat endpoint (--engine-url URL --model NAME)",
     "hf": "a local transformers VLM directory (--model DIR)",
     "reference": "the scripted reference agent: replays each case's reference_calls (checks a suite, no model)",
     "reference-first-step": "the reference agent stopped after its first round (a chain suite's breakdown check)",

@@ -6,7 +6,7 @@ scored by the planning scorer (order, params per step, the answer's numbers) wit
   chain_detection_in_region     30  detect_objects -> segment_semantic with objects "result:1"; truth: inside/outside
   chain_sar_detection_counting  24  sar_detect_all, then the count by class (SAR); truth: each class's count
 
-Scenes come from `geopilot.data_gen.synth_scenes` with seed 28 (training's synthetic data uses other seeds), and
+Scenes come from `geopilot.data_gen.synthetic.scenes` with seed 28 (training's synthetic data uses other seeds), and
 the query templates are written apart from data_gen's chain templates (a test checks no query is shared). Ground
 truth is computed from the scenes' annotations, independently of the tools (the label map is read pixel by pixel).
 Written next to the case file: `chain_images/` and `<stem>.annotations.json`, the records the annotation-backed tool
@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from geopilot.data_gen.synthetic.scenes import SIZE, optical_scene, sar_picture, sar_scene
 from geopilot.eval.cases import write_case_file
 from geopilot.vocabulary import canonical_class, dataset_classes
 
@@ -68,24 +69,18 @@ def _plural(label: str) -> str:
 
 
 def _scenes():
-    from geopilot.data_gen.synth_scenes import optical_scene, sar_scene
-
     optical = [optical_scene(np.random.default_rng([SEED, 0, i])) for i in range(OPTICAL_SCENES)]
     sar = [sar_scene(np.random.default_rng([SEED, 1, i]), sixteen_bit=False) for i in range(SAR_SCENES)]
     return optical, sar
 
 
 def _unit_box(bounds) -> list[float]:
-    from geopilot.data_gen.synth_scenes import SIZE
-
     return [round(min(max(v / SIZE, 0.0), 1.0), 4) for v in bounds]
 
 
 def _records(optical, sar) -> list[dict]:
     """The annotation records of every image (paths relative to the case file's folder), as the tool layer reads
     them: objects (canonical labels, boxes, outlines), the referring expression, the label map, the clean pair."""
-    from geopilot.data_gen.synth_scenes import SIZE
-
     oem = dict(enumerate(dataset_classes("OpenEarthMap"), start=1))
     records = []
     for i, scene in enumerate(optical):
@@ -123,15 +118,11 @@ def write_images(folder: Path, optical, sar) -> None:
         Image.fromarray(scene.cloudy).save(folder / f"cloudy_{i:02d}.jpg", quality=85)
         Image.fromarray(scene.landcover).save(folder / f"landcover_{i:02d}.png")
     for i, scene in enumerate(sar):
-        low, high = np.percentile(scene.amplitude, [1, 99])
-        pixels = np.clip((scene.amplitude - low) / max(high - low, 1e-9) * 255, 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(folder / f"sar_{i:02d}.jpg", quality=85)
+        Image.fromarray(sar_picture(scene.amplitude)).save(folder / f"sar_{i:02d}.jpg", quality=85)
 
 
 def _inside(scene, label: str, code: int) -> tuple[int, int]:
     """(inside, outside) of the objects of `label` whose box centre is on a pixel of land-cover `code`."""
-    from geopilot.data_gen.synth_scenes import SIZE
-
     inside = outside = 0
     for obj in scene.objects:
         if canonical_class(obj.label, "DOTA v1.0") != label:
@@ -253,8 +244,6 @@ def build_chain_cases(optical, sar) -> list[dict]:
 def _polygon_area_pct(outline) -> float:
     """The referent's mask area in % of the image: its annotated polygon filled by the COCO rule (pycocotools)."""
     from pycocotools import mask as mask_utils
-
-    from geopilot.data_gen.synth_scenes import SIZE
 
     flat = [round(v / SIZE, 4) * SIZE for point in outline for v in point]
     rle = mask_utils.merge(mask_utils.frPyObjects([flat], SIZE, SIZE))

@@ -1,14 +1,14 @@
 """`geopilot eval <command>`: GeoPilotBench's table, dispatched by `geopilot/cli.py` like every level.
 
-The benchmark tasks' commands are generated from `geopilot.eval.tasks.TASKS` (one entry there adds a task, with its
+The benchmark tasks' commands are generated from `geopilot.eval.benchmark_tasks.TASKS` (one entry there adds a task, with its
 summary written once); the other commands are modules with `add_arguments(parser)` and `run(args) -> int`.
 """
 
 from __future__ import annotations
 
 from geopilot.cli import Command
+from geopilot.eval.benchmark_tasks import TASKS
 from geopilot.eval.task_cli import CAPTIONS, REFERRING_ANSWERS, TOOLS_E2E, task_command
-from geopilot.eval.tasks import TASKS
 
 COMMANDS: dict[str, tuple[str, str] | Command] = {
     "planning": ("geopilot.eval.planning_cli", "task planning (TSA/PA/NTA/OPA) of an agent over the planning set"),

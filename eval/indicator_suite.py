@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ NOT_FOUND = [
     "no existe",
     "not exist",
 ]
+CLASSES = ["forest", "cropland", "grassland", "urban", "water"]  # the land-cover classes the questions ask about
+PAIR_INDICES = ((0, 1), (4, 5), (6, 7), (10, 11), (2, 9), (3, 8))  # compared municipalities, by index
 DISPLAY_ONLY = [
     "display only",
     "display-only",
@@ -92,18 +95,26 @@ def _case(
 
 
 def build_cases(truth: dict) -> list[Case]:
-    m = truth["municipality"]
-    p = truth["province"]
-    names = list(m)
-    provinces = list(p)
-    cases: list[Case] = []
-    add = cases.append
+    """Every case of the suite, by category, with its ground truth from the region's `truth.json`."""
+    return [case for build in CATEGORY_BUILDERS for case in build(truth)]
 
-    # tool selection: one class share of one municipality (two layers)
-    classes = ["forest", "cropland", "grassland", "urban", "water"]
+
+def _views(truth: dict) -> tuple[dict, dict, list[str], list[str]]:
+    """(municipality truth, province truth, municipality names, province names)."""
+    return truth["municipality"], truth["province"], list(truth["municipality"]), list(truth["province"])
+
+
+def _pairs(names: list[str]) -> list[tuple[str, str]]:
+    """The compared municipalities, including near-equal ones (differences of 0.1 to 2 points)."""
+    return [(names[a], names[b]) for a, b in PAIR_INDICES]
+
+
+def _tool_selection_cases(truth: dict) -> Iterator[Case]:
+    """Tool selection: one class share of one municipality (two layers)."""
+    m, p, names, provinces = _views(truth)
     for i, name in enumerate(names):
-        cls = classes[i % len(classes)]
-        add(
+        cls = CLASSES[i % len(CLASSES)]
+        yield (
             _case(
                 f"share-{i:02d}",
                 f"What percentage of {name} is covered by {cls}?",
@@ -119,7 +130,7 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[::2]):
-        add(
+        yield (
             _case(
                 f"co2-{i:02d}",
                 f"How much of the municipality of {name} is eligible for CO2 afforestation credits without conditions?",
@@ -131,9 +142,12 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # continuous statistics
+
+def _statistics_cases(truth: dict) -> Iterator[Case]:
+    """Continuous statistics."""
+    m, p, names, provinces = _views(truth)
     for i, name in enumerate(provinces):
-        add(
+        yield (
             _case(
                 f"erosion-province-{i}",
                 f"What is the mean soil erosion probability in the province of {name}?",
@@ -145,7 +159,7 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[1::3]):
-        add(
+        yield (
             _case(
                 f"erosion-max-{i}",
                 f"What is the highest erosion probability found anywhere in {name}?",
@@ -156,13 +170,16 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # comparison, including near-equal pairs (differences of 0.1 to 2 points)
-    pairs = [(names[a], names[b]) for a, b in ((0, 1), (4, 5), (6, 7), (10, 11), (2, 9), (3, 8))]
+
+def _comparison_cases(truth: dict) -> Iterator[Case]:
+    """Comparison, including near-equal pairs (differences of 0.1 to 2 points)."""
+    m, p, names, provinces = _views(truth)
+    pairs = _pairs(names)
     for i, (a, b) in enumerate(pairs):
         va, vb = m[a][LAND]["forest"], m[b][LAND]["forest"]
         winner = a if va > vb else b
         near = abs(va - vb) <= 2
-        add(
+        yield (
             _case(
                 f"compare-forest-{i}",
                 f"Which has the larger share of forest, {a} or {b}?",
@@ -176,7 +193,7 @@ def build_cases(truth: dict) -> list[Case]:
         )
     for i, (a, b) in enumerate(zip(provinces[:2], provinces[2:], strict=True)):
         va, vb = p[a][EROSION]["mean"], p[b][EROSION]["mean"]
-        add(
+        yield (
             _case(
                 f"compare-erosion-{i}",
                 f"Is erosion risk higher on average in {a} or in {b}?",
@@ -187,7 +204,10 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # ranking
+
+def _ranking_cases(truth: dict) -> Iterator[Case]:
+    """Ranking."""
+    m, p, names, provinces = _views(truth)
     for i, (metric, layer, order) in enumerate(
         [
             ("mean", EROSION, "top"),
@@ -203,7 +223,7 @@ def build_cases(truth: dict) -> list[Case]:
         what = (
             f"mean {layer.replace('_', ' ')}" if metric == "mean" else f"share of {metric} ({layer.replace('_', ' ')})"
         )
-        add(
+        yield (
             _case(
                 f"rank-{i}",
                 f"List the three municipalities with the {'highest' if order == 'top' else 'lowest'} {what}.",
@@ -217,7 +237,7 @@ def build_cases(truth: dict) -> list[Case]:
     for i, country in enumerate(truth["country"]):
         inside = [n for n in names if truth["municipality"][n]["id"].startswith(truth["country"][country]["id"])]
         best = max(inside, key=lambda n: m[n][EROSION]["mean"])
-        add(
+        yield (
             _case(
                 f"rank-within-{i}",
                 f"Which municipality of {country} has the highest mean erosion probability?",
@@ -229,7 +249,10 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # thresholds
+
+def _threshold_cases(truth: dict) -> Iterator[Case]:
+    """Thresholds."""
+    m, p, names, provinces = _views(truth)
     for i, (metric, layer, op, threshold) in enumerate(
         [
             ("urban", LAND, "above", 20.0),
@@ -247,7 +270,7 @@ def build_cases(truth: dict) -> list[Case]:
         what = (
             f"a mean erosion probability {op} {threshold}" if metric == "mean" else f"{op} {threshold:g}{unit} {metric}"
         )
-        add(
+        yield (
             _case(
                 f"threshold-{i}",
                 f"How many municipalities have {what}?",
@@ -263,11 +286,14 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # time series (a dated layer: only statistics_over_time covers every date)
+
+def _time_series_cases(truth: dict) -> Iterator[Case]:
+    """Time series (a dated layer: only statistics_over_time covers every date)."""
+    m, p, names, provinces = _views(truth)
     for i, name in enumerate(names[::2]):
         series = m[name]["ndvi"]
         change = series["2024"]["mean"] - series["2021"]["mean"]
-        add(
+        yield (
             _case(
                 f"ndvi-trend-{i}",
                 f"How did the mean NDVI of {name} change between 2021 and 2024?",
@@ -281,7 +307,7 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[1::4]):
-        add(
+        yield (
             _case(
                 f"ndvi-year-{i}",
                 f"What was the mean NDVI in {name} in 2022?",
@@ -293,9 +319,12 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # cross-indicator synthesis
+
+def _cross_indicator_cases(truth: dict) -> Iterator[Case]:
+    """Cross-indicator synthesis."""
+    m, p, names, provinces = _views(truth)
     for i, name in enumerate(names[::2]):
-        add(
+        yield (
             _case(
                 f"cross-{i}",
                 f"For {name}, give the share of land eligible for CO2 credits and the mean erosion probability.",
@@ -310,15 +339,18 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # memory: a prior exchange in `history`, the follow-up leaves the layer implicit
+
+def _memory_cases(truth: dict) -> Iterator[Case]:
+    """Memory: a prior exchange in `history`, the follow-up leaves the layer implicit."""
+    m, p, names, provinces = _views(truth)
     for i in range(8):
         first, second = names[i], names[(i + 5) % len(names)]
-        cls = classes[(i + 2) % len(classes)]
+        cls = CLASSES[(i + 2) % len(CLASSES)]
         history = [
             {"role": "user", "content": f"What share of {first} is {cls}?"},
             {"role": "assistant", "content": f"In {first}, {cls} covers {m[first][LAND][cls]:.1f} % of the land."},
         ]
-        add(
+        yield (
             _case(
                 f"memory-{i}",
                 f"And in {second}?",
@@ -331,7 +363,10 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # multilingual: the area name is the label, so an answer in any language can be scored
+
+def _multilingual_cases(truth: dict) -> Iterator[Case]:
+    """Multilingual: the area name is the label, so an answer in any language can be scored."""
+    m, p, names, provinces = _views(truth)
     templates = {
         "es": "¿Cuál es la probabilidad media de erosión del suelo en {n}?",
         "gl": "Cal é a probabilidade media de erosión do solo en {n}?",
@@ -341,7 +376,7 @@ def build_cases(truth: dict) -> list[Case]:
     for j, (lang, text) in enumerate(templates.items()):
         for k in range(4):
             name = names[(3 * j + k) % len(names)]
-            add(
+            yield (
                 _case(
                     f"multilingual-{lang}-{k}",
                     text.format(n=name),
@@ -353,9 +388,13 @@ def build_cases(truth: dict) -> list[Case]:
                 )
             )
 
-    # spatial relations and catalogue questions
+
+def _spatial_and_catalogue_cases(truth: dict) -> Iterator[Case]:
+    """Spatial relations and catalogue questions."""
+    m, p, names, provinces = _views(truth)
+    pairs = _pairs(names)
     for i, name in enumerate(names[::3]):
-        add(
+        yield (
             _case(
                 f"province-of-{i}",
                 f"Which province is {name} in?",
@@ -367,7 +406,7 @@ def build_cases(truth: dict) -> list[Case]:
         )
     for i, name in enumerate(provinces):
         inside = [n for n in names if _parent(truth, n) == name]
-        add(
+        yield (
             _case(
                 f"municipalities-of-{i}",
                 f"Which municipalities lie within {name}?",
@@ -377,7 +416,7 @@ def build_cases(truth: dict) -> list[Case]:
                 contain=inside,
             )
         )
-    add(
+    yield (
         _case(
             "layers",
             "Which indicator layers can you analyse?",
@@ -387,17 +426,17 @@ def build_cases(truth: dict) -> list[Case]:
             contain=["land_cover", "erosion_probability", "co2_suitability"],
         )
     )
-    add(
+    yield (
         _case(
             "legend-land",
             "What classes does the land cover layer distinguish?",
             "catalogue",
             "easy",
             [_call("get_legend", layer=LAND)],
-            contain=classes,
+            contain=CLASSES,
         )
     )
-    add(
+    yield (
         _case(
             "legend-co2",
             "What are the categories of the CO2 suitability layer?",
@@ -408,7 +447,7 @@ def build_cases(truth: dict) -> list[Case]:
         )
     )
     for i, (a, b) in enumerate(pairs[:3]):
-        add(
+        yield (
             _case(
                 f"chart-{i}",
                 f"Make a bar chart comparing the forest share of {a} and {b}.",
@@ -419,7 +458,7 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[2:4]):
-        add(
+        yield (
             _case(
                 f"buffer-{i}",
                 f"How large would {name} be, in square kilometres, with a 2 km buffer around it?",
@@ -431,9 +470,12 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
 
-    # error handling and refusal
+
+def _error_and_refusal_cases(truth: dict) -> Iterator[Case]:
+    """Error handling and refusal."""
+    m, p, names, provinces = _views(truth)
     for i, ghost in enumerate(["Villarriba del Monte", "Santa Comba de Xallas", "Atlantis", "Porto Novo da Ria"]):
-        add(
+        yield (
             _case(
                 f"missing-area-{i}",
                 f"What percentage of {ghost} is forest?",
@@ -447,7 +489,7 @@ def build_cases(truth: dict) -> list[Case]:
             )
         )
     for i, name in enumerate(names[::4]):
-        add(
+        yield (
             _case(
                 f"display-only-{i}",
                 f"What is the average hillshade value in {name}?",
@@ -469,7 +511,7 @@ def build_cases(truth: dict) -> list[Case]:
             "What is the population of Lusavia?",
         ]
     ):
-        add(
+        yield (
             _case(
                 f"refuse-{i}",
                 query,
@@ -479,7 +521,21 @@ def build_cases(truth: dict) -> list[Case]:
                 rounds=2,
             )
         )
-    return cases
+
+
+CATEGORY_BUILDERS = (
+    _tool_selection_cases,
+    _statistics_cases,
+    _comparison_cases,
+    _ranking_cases,
+    _threshold_cases,
+    _time_series_cases,
+    _cross_indicator_cases,
+    _memory_cases,
+    _multilingual_cases,
+    _spatial_and_catalogue_cases,
+    _error_and_refusal_cases,
+)
 
 
 def _parent(truth: dict, municipality: str) -> str:

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from geopilot.eval.report import compare, plot
+from geopilot.eval.benchmark_report import compare, plot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from geopilot.eval.report import load_run
+    from geopilot.eval.benchmark_report import load_run
 
     markdown, data = compare(args.runs)
     if args.out:

@@ -1,7 +1,7 @@
 """`geopilot eval planning --agent geopilot|openai|hf ... [--cases FILE] --seeds 42,1337,2024 --out DIR`.
 
     geopilot eval planning --agent geopilot --model runs/s2/export --out runs/eval/geopilot
-    geopilot eval planning --agent openai --base-url http://localhost:8000/v1 --model Qwen2.5-VL-7B \
+    geopilot eval planning --agent openai --engine-url http://localhost:8000/v1 --model Qwen2.5-VL-7B \
         --tools-as openai --api-key-env OPENAI_API_KEY --out runs/eval/qwen
     geopilot eval planning --agent hf --model /models/llava-1.5-7b-hf --out runs/eval/llava
 
@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from geopilot.argtypes import add_deprecated_name
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.agents import AGENTS
 
@@ -25,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--agent", required=True, choices=list(AGENTS), help="; ".join(f"{k}: {v}" for k, v in AGENTS.items())
     )
     parser.add_argument("--model", help="model directory (geopilot, hf) or the endpoint's model name (openai)")
-    parser.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
+    parser.add_argument("--engine-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
+    add_deprecated_name(parser, "--base-url", "--engine-url")
     parser.add_argument("--api-key-env", help="openai: the environment variable that holds the API key")
     parser.add_argument(
         "--tools-as",
@@ -48,9 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="tokens per generated turn")
-    parser.add_argument("--timeout-s", type=float, default=120.0, help="openai: seconds per request")
+    parser.add_argument("--request-timeout", type=float, default=120.0, help="openai: seconds per request")
+    add_deprecated_name(parser, "--timeout-s", "--request-timeout", type=float)
     parser.add_argument("--retries", type=int, default=2, help="openai: retries after a timeout, 429 or 5xx")
     parser.add_argument("--device", default="auto", help="geopilot, hf: cpu, cuda, cuda:1 (default: cuda when present)")
+    parser.add_argument(
+        "--unconstrained-plans",
+        action="store_true",
+        help="geopilot: decode think turns freely instead of in the plan grammar (the ablation)",
+    )
     parser.add_argument("--json", action="store_true", help="print summary.json")
 
 
@@ -69,6 +77,8 @@ def build_agent(args: argparse.Namespace, registry):
 
     if args.max_new_tokens < 1 or args.temperature < 0:
         raise GeoPilotInputError("--max-new-tokens must be >= 1 and --temperature >= 0")
+    if args.unconstrained_plans and args.agent != "geopilot":
+        raise GeoPilotInputError(f"--unconstrained-plans is for --agent geopilot, not {args.agent}")
     generation = {"max_new_tokens": args.max_new_tokens}
     if args.temperature > 0:
         generation.update(do_sample=True, temperature=args.temperature)
@@ -79,24 +89,29 @@ def build_agent(args: argparse.Namespace, registry):
     if not args.model:
         raise GeoPilotInputError(f"--agent {args.agent} needs --model")
     if args.agent == "openai":
-        if not args.base_url:
-            raise GeoPilotInputError("--agent openai needs --base-url")
+        if not args.engine_url:
+            raise GeoPilotInputError("--agent openai needs --engine-url")
         agent = agents.OpenAIAgent(
-            args.base_url,
+            args.engine_url,
             args.model,
             registry,
             args.api_key_env,
             args.tools_as,
             args.temperature,
             args.max_new_tokens,
-            args.timeout_s,
+            args.request_timeout,
             args.retries,
         )
         return agent, f"openai:{args.model}"
-    if args.base_url or args.api_key_env:
-        raise GeoPilotInputError(f"--base-url and --api-key-env are for --agent openai, not {args.agent}")
-    cls = agents.GeoPilotAgent if args.agent == "geopilot" else agents.HFAgent
-    return cls(args.model, registry, generation, device=args.device), f"{args.agent}:{Path(args.model).name}"
+    if args.engine_url or args.api_key_env:
+        raise GeoPilotInputError(f"--engine-url and --api-key-env are for --agent openai, not {args.agent}")
+    label = f"{args.agent}:{Path(args.model).name}"
+    if args.agent == "geopilot":
+        agent = agents.GeoPilotAgent(
+            args.model, registry, generation, device=args.device, constrain_plans=not args.unconstrained_plans
+        )
+        return agent, label
+    return agents.HFAgent(args.model, registry, generation, device=args.device), label
 
 
 def run(args: argparse.Namespace) -> int:

@@ -414,8 +414,8 @@ def frozen_manifest() -> dict:
 
 
 def write_planning_images(out: str | Path, seed: int = 0, optical: int = 6, cloudy: int = 4, sar: int = 6) -> None:
-    """The shipped image pools: small synthetic scenes (geopilot.data_gen.synth_scenes) as JPEG, by seed."""
-    from geopilot.data_gen.synth_scenes import optical_scene, sar_scene
+    """The shipped image pools: small synthetic scenes (geopilot.data_gen.synthetic.scenes) as JPEG, by seed."""
+    from geopilot.data_gen.synthetic.scenes import optical_scene, sar_picture, sar_scene
 
     out = Path(out)
     for pool in POOLS:
@@ -428,6 +428,4 @@ def write_planning_images(out: str | Path, seed: int = 0, optical: int = 6, clou
             Image.fromarray(scene.cloudy).save(out / "cloudy" / f"cloudy_{i:02d}.jpg", quality=80)
     for i in range(sar):
         amplitude = sar_scene(np.random.default_rng([seed, 1, i]), sixteen_bit=False).amplitude
-        low, high = np.percentile(amplitude, [1, 99])
-        pixels = np.clip((amplitude - low) / max(high - low, 1e-9) * 255, 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(out / "sar" / f"sar_{i:02d}.jpg", quality=80)
+        Image.fromarray(sar_picture(amplitude)).save(out / "sar" / f"sar_{i:02d}.jpg", quality=80)

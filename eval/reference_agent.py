@@ -18,7 +18,8 @@ from geopilot.eval.scorer import AgentRun
 from geopilot.eval.tool_calls import Call, ParsedReply
 from geopilot.eval.toolkit import sha256_text
 from geopilot.image import load_image
-from geopilot.tool_protocol import ChatCalls, ToolRegistry
+from geopilot.tool_chains import ChatCalls
+from geopilot.tool_protocol import ToolRegistry
 
 AREA_IDENTIFIERS = {"id", "level"}  # an area record's code (VAL-N-1 reads as a number) and level: not findings
 

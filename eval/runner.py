@@ -4,7 +4,7 @@ The folder is a `geopilot.run_dir.RunDir`: `run.json` records the run's config (
 case-file hash, tool layer, scorer version), and a different config in the same DIR is refused naming what differs.
 The log is append-only and resumable: each row carries the config's fingerprint and the prompt hash; re-running the
 same command skips the (case, seed) pairs already there, so a killed run finishes without duplicate rows. After the loop the reports are rewritten from the log: `cases.csv`, `summary.json`,
-`leaderboard.md` and `leaderboard.png` (geopilot.eval.report).
+`leaderboard.md` and `leaderboard.png` (geopilot.eval.benchmark_report).
 """
 
 from __future__ import annotations
@@ -16,20 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.eval.benchmark_report import write_reports
 from geopilot.eval.cases import DIFFICULTIES, CaseSet
 from geopilot.eval.metrics import summarise
+from geopilot.eval.results_log import RESULTS, read_rows
 from geopilot.eval.scorer import score
-from geopilot.fileio import append_jsonl, iter_jsonl
+from geopilot.fileio import append_jsonl
 from geopilot.run_dir import RunDir
 
 SCORER_VERSION = "1"
-RESULTS = "results.jsonl"
 RUN_RECORD = "run.json"  # the folder's settings (geopilot.run_dir)
-
-
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a results log; a line cut off by a kill is skipped (it is re-run)."""
-    return [row for _, row in iter_jsonl(path, "skip") if "case_id" in row and "seed" in row]
 
 
 def released_run(out: Path, config: dict) -> dict | None:
@@ -68,8 +64,6 @@ def run_benchmark(
     progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Run what is missing from DIR/results.jsonl, then write the reports; returns summary.json's content."""
-    from geopilot.eval.report import write_reports
-
     out = Path(out)
     results = out / RESULTS
     config = {

@@ -1,7 +1,7 @@
 """`geopilot eval <task>` for the benchmark tasks, `geopilot eval captions`, `geopilot eval referring-answers` and
 `geopilot eval tools-e2e`.
 
-`task_command(task)` makes the command of a benchmark task (`geopilot.eval.tasks.TASKS`); `CAPTIONS`,
+`task_command(task)` makes the command of a benchmark task (`geopilot.eval.benchmark_tasks.TASKS`); `CAPTIONS`,
 `REFERRING_ANSWERS` and `TOOLS_E2E` are the others. `eval/cli.py`'s table lists them all.
 
     geopilot eval rsvqa-lr --model runs/s2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
@@ -57,7 +57,7 @@ def task_command(task) -> Command:
             parser.add_argument("--tokenize", choices=["raw", "ptb"], default="raw", help="caption tokenisation")
 
     def run(args: argparse.Namespace) -> int:
-        from geopilot.eval.tasks import run_task
+        from geopilot.eval.benchmark_tasks import run_task
 
         metrics = run_task(
             name,
@@ -119,7 +119,7 @@ def _captions_arguments(parser: argparse.ArgumentParser) -> None:
 def _captions_run(args: argparse.Namespace) -> int:
     import sys
 
-    from geopilot.eval.tasks import score_captions
+    from geopilot.eval.benchmark_tasks import score_captions
 
     references, predictions = read_caption_files(args.pred, args.ref)
     metrics = score_captions(references, predictions, args.tokenize)
@@ -148,9 +148,9 @@ def _referring_answers_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _referring_answers_run(args: argparse.Namespace) -> int:
     """Score another model's GeoChat-format answers without a model: Acc@0.5 under both protocols."""
+    from geopilot.eval.benchmark_tasks import score_referring
     from geopilot.eval.loaders.common import BenchmarkError
     from geopilot.eval.loaders.referring import load_referring
-    from geopilot.eval.tasks import score_referring
 
     path = Path(args.pred)
     if not path.is_file():

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage
+from geopilot.image import DEFAULT_MAX_PIXELS
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 
@@ -45,7 +46,7 @@ def build_tool_layer(
         from geopilot.tools.registry import build_registry
 
         return build_registry(tools_config), f"tools-config:{Path(tools_config).name}"
-    from geopilot.tools.tasks import TASKS, TaskTool
+    from geopilot.tools.task_tools import TASKS, TaskTool
 
     backend = FixtureBackend()
     return ToolRegistry([TaskTool(spec, backend, FIXTURE, DEFAULT_MAX_PIXELS) for spec in TASKS], 30.0), FIXTURE
@@ -83,7 +84,7 @@ def annotation_layer(annotations: str | Path) -> tuple[ToolRegistry, str]:
     """The ten tools answering from a suite's annotation records (`<stem>.annotations.json` next to its case file,
     e.g. the chain suite's): real outputs, so a chain's second step has the first one's artefact to read."""
     from geopilot.records import AnnotationRecord, ObjectAnnotation, ReferringExpression, SemanticSegmentation
-    from geopilot.tools.tasks import TASKS, TaskTool
+    from geopilot.tools.task_tools import TASKS, TaskTool
 
     path = Path(annotations)
     records = []

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from geopilot.errors import GeoPilotInputError
+from geopilot.eval.benchmark_tasks import score_referring
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem
 from geopilot.eval.loaders.referring import load_referring
 from geopilot.eval.predictions import PREDICTIONS, predict, read_predictions
 from geopilot.eval.task_metrics.segmentation import ConfusionMatrix, MaskShapeError
-from geopilot.eval.tasks import score_referring
 from geopilot.fileio import append_jsonl
 
 SEGMENT_PROMPT = "Segment this image into these land-cover classes: {classes}."

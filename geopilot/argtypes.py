@@ -99,14 +99,21 @@ class _DeprecatedName(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def add_deprecated_name(parser: argparse.ArgumentParser, old_name: str, new_name: str, **kwargs) -> None:
+    """`old_name` still sets what `new_name` sets, for one release, saying `new_name` on stderr when used (a
+    `type` in `kwargs` converts its value the same way). Not in --help."""
+    dest = new_name.lstrip("-").replace("-", "_")
+    parser.add_argument(
+        old_name, dest=dest, action=_DeprecatedName, new_name=new_name, help=argparse.SUPPRESS, **kwargs
+    )
+
+
 def add_tools_config_argument(parser: argparse.ArgumentParser, old_names: tuple[str, ...] = ()) -> None:
     """`--tools-config FILE`, the one name of the tools YAML in every command; `old_names` stay as deprecated
     aliases (`--tools`, `--config`) for one release."""
     parser.add_argument("--tools-config", default=None, metavar="FILE", help="tools YAML (default: configs/tools.yaml)")
     for name in old_names:
-        parser.add_argument(
-            name, dest="tools_config", action=_DeprecatedName, new_name="--tools-config", help=argparse.SUPPRESS
-        )
+        add_deprecated_name(parser, name, "--tools-config")
 
 
 def _number(text: str, kind: type, what: str):

@@ -1,8 +1,9 @@
 """The `geopilot` console script: one dispatcher over explicit tables of subcommands, at every level.
 
 A table maps a name to a module (`add_arguments(parser)` and `run(args) -> int`), a `Command` (the same two
-callables, for commands generated from a table) or a `Group` (a module whose `COMMANDS` is the next level, e.g.
-`geopilot eval`). Only the chosen modules are imported, so `geopilot --help` stays fast. Exit codes: 0 success, 2 bad input or usage (one line, no traceback), 1 otherwise.
+callables, for commands generated from a table), a `Group` (a module whose `COMMANDS` is the next level, e.g.
+`geopilot eval`; its `default` runs when the next word is an option, so `geopilot generate --config C` is
+`geopilot generate run --config C`) or a `Moved` name, which still works for one release and says its new words. Only the chosen modules are imported, so `geopilot --help` stays fast. Exit codes: 0 success, 2 bad input or usage (one line, no traceback), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -32,25 +33,44 @@ class Group:
 
     table: str
     summary: str
+    default: str | None = None  # the entry run when the next word is an option (`-h`/`--help` show the group)
 
 
-Entry = tuple[str, str] | Command | Group
+@dataclass(frozen=True)
+class Moved:
+    """A released command name that now lives at `words` (from the top, e.g. "generate check"): it runs that command
+    after one deprecation line, for one release."""
+
+    words: str
+
+    @property
+    def summary(self) -> str:
+        return f"deprecated: now `geopilot {self.words}`"
+
+
+Entry = tuple[str, str] | Command | Group | Moved
 
 
 def _summary(entry: Entry) -> str:
     return entry[1] if isinstance(entry, tuple) else entry.summary
 
 
-def _help(prog: str, description: str, table: dict[str, Entry]) -> str:
-    lines = [f"usage: {prog} <command> [options]", "", description, "", "commands:"]
+def _help(prog: str, description: str, table: dict[str, Entry], default: str | None = None) -> str:
+    usage = (
+        f"usage: {prog} [<command>] [options]  (no command: {default})"
+        if default
+        else f"usage: {prog} <command> [options]"
+    )
+    lines = [usage, "", description, "", "commands:"]
     lines += [f"  {name:<16} {_summary(entry)}" for name, entry in table.items()]
     return "\n".join(lines)
 
 
 # name -> (module, one-line summary) | Group. Keep in the order users meet them.
-COMMANDS: dict[str, tuple[str, str] | Group] = {
+COMMANDS: dict[str, Entry] = {
     "init-model": ("geopilot.commands.init_model", "build a LLaVA-1.5 model + processor in llava-hf layout"),
     "inspect": ("geopilot.commands.inspect", "show what each sample trains on (token counts, labelled spans)"),
+    "train": ("geopilot.commands.train", "train one stage of the two-stage curriculum (same as train.py)"),
     "chat": ("geopilot.commands.chat", "ask a question about an image (plans, runs tools, answers)"),
     "image": Group("geopilot.commands.image", "`image info FILE`: bands shown, modality, CRS, footprint, decimation"),
     "tools": Group("geopilot.tools.cli", "list the task-level tools, or run one on an image"),
@@ -59,12 +79,14 @@ COMMANDS: dict[str, tuple[str, str] | Group] = {
     "geo": Group(
         "geopilot.tools.geo_cli", "`geo export`: a saved tool output -> GeoJSON (WGS 84), GeoPackage or class COG"
     ),
-    "synth": ("geopilot.data_gen.synth_cli", "write synthetic optical/SAR scenes with annotations in real formats"),
-    "data": Group(
-        "geopilot.data_gen.data_cli", "`data check`: read every source of a generation config, generate nothing"
+    "synth": ("geopilot.data_gen.synthetic.cli", "write synthetic optical/SAR scenes with annotations in real formats"),
+    "generate": Group(
+        "geopilot.data_gen.generate_cli",
+        "tool-trace training data from dataset annotations: `generate [run]`, `generate check`, `generate merge`",
+        default="run",
     ),
-    "generate": ("geopilot.data_gen.generate_cli", "generate tool-trace training data from dataset annotations"),
-    "synth-region": ("geopilot.tools.indicators.synth_region", "write a synthetic two-country indicator region (COGs)"),
+    "data": Group("geopilot.data_gen.data_cli", "deprecated: `data check` is now `generate check`"),
+    "synth-region": ("geopilot.data_gen.synthetic.region", "write a synthetic two-country indicator region (COGs)"),
     "indicators": Group("geopilot.tools.indicators.http_api", "serve the indicator tools over HTTP (OpenAPI)"),
     "eval": Group("geopilot.eval.cli", "GeoPilotBench: planning (TSA/PA/NTA/OPA), tasks, leaderboards"),
     "ablate-alpha": (
@@ -99,10 +121,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def walk(table: dict[str, Entry] | None = None, prog: str = "geopilot") -> Iterator[tuple[str, Entry, object]]:
-    """(prog, entry, its add_arguments/run holder) for every runnable command, groups opened (tests list them)."""
+    """(prog, entry, its add_arguments/run holder) for every runnable command line, groups opened (tests list them)."""
     for name, entry in (COMMANDS if table is None else table).items():
+        if isinstance(entry, Moved):
+            continue
         if isinstance(entry, Group):
-            yield from walk(importlib.import_module(entry.table).COMMANDS, f"{prog} {name}")
+            group = importlib.import_module(entry.table).COMMANDS
+            if entry.default is not None:  # the group's own name runs its default (`geopilot generate --config C`)
+                yield f"{prog} {name}", group[entry.default], group[entry.default]
+            yield from walk(group, f"{prog} {name}")
         else:
             yield f"{prog} {name}", entry, entry if isinstance(entry, Command) else importlib.import_module(entry[0])
 
@@ -111,19 +138,33 @@ def main(argv: list[str] | None = None) -> int:
     """Resolve the words of `argv` through the tables (COMMANDS, then a group's), parse the rest for the chosen
     command (`key=value` overrides anywhere on the line), run it."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    prog, description, table = "geopilot", "GeoPilot: a tool-augmented remote-sensing assistant.", COMMANDS
+    prog, description, table, default = (
+        "geopilot",
+        "GeoPilot: a tool-augmented remote-sensing assistant.",
+        COMMANDS,
+        None,
+    )
     while True:
         if not argv or argv[0] in ("-h", "--help"):
-            print(_help(prog, description, table))
+            print(_help(prog, description, table, default))
             return 0 if argv else 2
+        if default is not None and argv[0].startswith("-"):
+            argv = [default, *argv]
         name, argv = argv[0], argv[1:]
         if name not in table:
-            print(f"{prog}: error: unknown command {name!r} (choose from {', '.join(table)})", file=sys.stderr)
+            listed = [name for name, entry in table.items() if not isinstance(entry, Moved)]
+            print(f"{prog}: error: unknown command {name!r} (choose from {', '.join(listed)})", file=sys.stderr)
             return 2
         entry, prog = table[name], f"{prog} {name}"
+        if isinstance(entry, Moved):
+            print(f"{prog}: warning: deprecated, use `geopilot {entry.words}`", file=sys.stderr)
+            argv = [*entry.words.split(), *argv]
+            prog, table, default = "geopilot", COMMANDS, None
+            continue
         if not isinstance(entry, Group):
             break
         description, table = entry.summary, importlib.import_module(entry.table).COMMANDS
+        default = entry.default
     from geopilot.config import parse_command_line  # key=value overrides anywhere on the line
 
     command = entry if isinstance(entry, Command) else importlib.import_module(entry[0])

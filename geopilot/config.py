@@ -6,10 +6,12 @@ Every config class derives from `StrictConfig`, so a misspelt key fails loudly w
 from __future__ import annotations
 
 import argparse
+import copy
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import annotated_types
 import yaml
@@ -28,10 +30,11 @@ class StrictConfig(BaseModel):
     """Base for every config: no unknown keys, no NaN/Infinity (`lr=.inf` trained to NaN), validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+    RENAMED: ClassVar[dict[str, str]] = {}  # released dotted key -> current one, read (with a warning) one release
 
 
 def parse_overrides(overrides: list[str]) -> dict:
-    """`["train.lr=1e-4", "data.alpha=0.2"]` -> nested dict; values are parsed as YAML scalars/lists."""
+    """`["train.lr=1e-4", "data.replay_alpha=0.2"]` -> nested dict; values are parsed as YAML scalars/lists."""
     nested: dict = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -170,9 +173,31 @@ def build_config(cls: type[ConfigT], data: dict, source: str = "config") -> Conf
 
 def load_config(cls: type[ConfigT], path: str | Path | None, overrides: list[str] | None = None) -> ConfigT:
     """The one way configs are loaded: YAML file (optional) + CLI overrides -> validated `cls`."""
-    data = read_yaml(path) if path is not None else {}
-    data = merge(data, parse_overrides(overrides or []))
+    source = str(path) if path is not None else "overrides"
+    data = renamed(read_yaml(path) if path is not None else {}, cls.RENAMED, source)
+    data = merge(data, renamed(parse_overrides(overrides or []), cls.RENAMED, "overrides"))
     return build_config(cls, data, source=str(path) if path is not None else "overrides")
+
+
+def renamed(data: dict, renames: dict[str, str], source: str) -> dict:
+    """`data` with every released key of `renames` moved to its current name, each saying so in one line."""
+    data = copy.deepcopy(data)
+    for old, new in renames.items():
+        *path, leaf = old.split(".")
+        node = data
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        print(f"warning: {old} is deprecated, use {new}", file=sys.stderr)
+        *path, new_leaf = new.split(".")
+        target = data
+        for key in path:
+            target = target.setdefault(key, {})
+        if new_leaf in target:
+            raise ConfigError(f"{source}: {old} and {new} are one setting; keep {new}")
+        target[new_leaf] = node.pop(leaf)
+    return data
 
 
 def save_config(config: StrictConfig, path: str | Path) -> None:

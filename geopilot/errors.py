@@ -112,7 +112,7 @@ def describe_validation_error(
     union_tags: Collection[str] = (),
 ) -> str:
     """Every problem of a pydantic error on one line, each naming its dotted key: `source: train.lr: Input should be
-    a valid number; data.alpha: ...` (the keys and messages of `validation_problems`). The config loader, tool params,
+    a valid number; data.replay_alpha: ...` (the keys and messages of `validation_problems`). The config loader, tool params,
     tool options, data_gen replies, chat requests and histories, case files and plans all use this."""
     problems = validation_problems(err, unknown_key, under, union_tags)
     text = "; ".join(f"{key}: {message}" if key else message for key, message in problems[:PROBLEMS_SHOWN])

@@ -33,7 +33,6 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,61 +42,19 @@ from PIL import Image, UnidentifiedImageError
 from geopilot.bands import BandChoice, choose_bands
 from geopilot.errors import GeoPilotInputError, ImageInputError, ImageTooLargeError
 from geopilot.fileio import regular_file
+from geopilot.loaded_image import STRETCH_PERCENTILES, LoadedImage, percentile_limits
 
 if TYPE_CHECKING:
-    from geopilot.raster import RasterSource
     from geopilot.sample import Modality
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 10k x 10k; training data and the API can set their own
 MAX_ASPECT_RATIO = 20  # long side / short side, for images with a side over PAD_FREE_SIDE (rule 1)
 PAD_FREE_SIDE = 2048  # up to this long side the padded square is cheap, whatever the shape
-STRETCH_PERCENTILES = (2.0, 98.0)
 GREY_SPREAD = 2.0  # rule 4: mean max-min channel spread (8-bit levels) below which an image has no colour
 MODALITY_SAMPLE_PIXELS = 1_000_000  # rule 4 looks at a regular subsample of at most this many pixels
 GEOTIFF_SUFFIXES = {".tif", ".tiff"}
 PILLOW_FORMATS = ("PNG", "JPEG", "TIFF", "WEBP")  # the decoders Pillow may use; every other one is unreachable
-RASTERIO_DRIVER = "GTiff"  # the one GDAL driver rasterio may use
 TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF, both byte orders
-
-
-@dataclass(frozen=True)
-class GeoRef:
-    """Where a georeferenced image lies: affine transform (GDAL order a, b, c, d, e, f) and CRS of the full raster."""
-
-    transform: tuple[float, float, float, float, float, float]
-    crs: str | None
-    width: int  # full-resolution size of the raster the transform refers to
-    height: int
-
-
-@dataclass(frozen=True)
-class LoadedImage:
-    image: Image.Image  # 8-bit RGB: the picture the model sees (a GeoTIFF's is a decimated read)
-    georef: GeoRef | None = None
-    source_size: tuple[int, int] = (0, 0)  # (width, height) before any decimated read
-    bands: BandChoice | None = None  # which bands the picture shows, and why (geopilot.bands)
-    raster: RasterSource | None = None  # a GeoTIFF: full-resolution windows and the scene for the tools
-    notes: tuple[str, ...] = ()  # said once in the result: a guessed band choice, no CRS, a CRS not reprojectable
-
-    def scene(self) -> Image.Image:
-        """The whole image as tools that see it whole get it: a GeoTIFF decimated to fit `max_pixels`, else `image`."""
-        return self.raster.scene() if self.raster is not None else self.image
-
-    @property
-    def scene_size(self) -> tuple[int, int]:
-        return self.raster.scene_size if self.raster is not None else self.image.size
-
-
-def percentile_limits(valid: np.ndarray, percentiles: tuple[float, float] = STRETCH_PERCENTILES):
-    """Rule 2's (lo, hi) over a band's valid values, or None when the band is black (no valid or constant values)."""
-    if valid.size == 0:
-        return None
-    lo, hi = np.percentile(valid, percentiles)
-    if hi <= lo:  # (nearly) constant band: fall back to the full range, and to black if truly constant
-        lo, hi = valid.min(), valid.max()
-        if hi <= lo:
-            return None
-    return float(lo), float(hi)
 
 
 def stretch_to_uint8(band: np.ndarray, percentiles: tuple[float, float] = STRETCH_PERCENTILES) -> np.ndarray:
@@ -172,11 +129,13 @@ def check_size(width: int, height: int, max_pixels: int, name: str) -> None:
         )
 
 
-def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequence[int] | None) -> LoadedImage:
+def open_header(data: Path | bytes, name: str) -> Image.Image:
+    """The image opened for its header, no pixel decoded yet (the caller closes it): the one place a header is read.
+    Only `PILLOW_FORMATS` open; Pillow's own decompression-bomb limit is refused as too large."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit below is the one that counts
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # check_size is the limit that counts
         try:
-            handle = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data, formats=PILLOW_FORMATS)
+            return Image.open(io.BytesIO(data) if isinstance(data, bytes) else data, formats=PILLOW_FORMATS)
         except UnidentifiedImageError:
             raise ImageInputError(
                 f"{name}: not an image file in a format GeoPilot reads (PNG, JPEG, TIFF, WebP)"
@@ -185,6 +144,16 @@ def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequen
             raise ImageTooLargeError(f"{name}: refused as a decompression bomb ({err})") from None
         except OSError as err:
             raise ImageInputError(f"{name}: cannot be opened: {err}") from None
+
+
+def read_size(data: Path | bytes, name: str) -> tuple[int, int]:
+    """(width, height) from the header alone."""
+    with open_header(data, name) as handle:
+        return handle.size
+
+
+def _open_with_pil(data: Path | bytes, max_pixels: int, name: str, bands: Sequence[int] | None) -> LoadedImage:
+    handle = open_header(data, name)
     with handle:
         check_size(handle.width, handle.height, max_pixels, name)
         try:

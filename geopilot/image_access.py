@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from geopilot.errors import ConfigError, ImageInputError
-from geopilot.image import DEFAULT_MAX_PIXELS, LoadedImage, load_image
+from geopilot.image import DEFAULT_MAX_PIXELS, load_image
+from geopilot.loaded_image import LoadedImage
 
 ARGUMENT = "image"
 MAX_PATH_CHARS = 4096

@@ -25,8 +25,9 @@ from PIL import Image
 
 from geopilot.bands import BandChoice, band_name, choose_bands
 from geopilot.errors import ImageInputError
-from geopilot.image import RASTERIO_DRIVER, GeoRef, LoadedImage, percentile_limits
+from geopilot.loaded_image import GeoRef, LoadedImage, percentile_limits
 
+RASTERIO_DRIVER = "GTiff"  # the one GDAL driver rasterio may use
 PICTURE_MAX_SIDE = 2048  # the model sees 336 px; the picture is also what is drawn on and sent to a vLLM server
 GDAL_CACHE_BYTES = 64 * 2**20
 CHUNK_SOURCE_PX = 2048  # decimated reads go chunk by chunk of about this many source pixels a side, so GDAL's

@@ -1,48 +1,27 @@
 """The tool protocol and the registry type: one definition serves inference, data_gen, evaluation and MCP.
 
 A tool is anything with a name, a modality, a pydantic input model and `run(image, params) -> ToolOutput`.
-`ToolRegistry.call` is the ONE dispatcher: it validates the call, runs it with a timeout, captures every
-failure into the `ToolResult`, and never raises for anything a model (or an MCP client) sends.
-
-A timeout ends the work, by the tool's optional `isolation` attribute:
-- "thread" (the default; cheap tools, image-free tools, the annotation backend, every GPU backend): the call runs in
-  a worker thread under a `CancelToken` (`geopilot.cancellation`). On timeout the token is set and the dispatcher
-  waits up to `cancel_grace_s` for the work to reach its next `check_cancelled()` (backends check between tiles,
-  batches and steps, and before publishing an artefact), so when the timeout is reported the work has stopped and
-  no artefact of it is left. Outputs of a call that finished during that grace are dropped, artefacts included.
-  On a GPU this is the only mode: a CUDA kernel cannot be interrupted and a process that has initialised CUDA
-  cannot be forked, so the overrun is bounded by one tile or batch.
-- "process" (CPU only, for a backend that has no cancellation points): the call runs in a forked child process,
-  which is killed on timeout. Refused with a clear error in a process that has initialised CUDA.
-
-Chains (docs/chains.md): inside a chat a call may name an earlier call's output instead of the chat's image,
-`"image": "result:N"` (the image artefact of call N, numbered from 1 in call order over the chat's rounds) or, for a
-tool with an `objects` param, `"objects": "result:N"` (call N's detections). `ChatCalls` holds the chat's results;
-the registry resolves a reference only against it (never a path, never another chat), checks it exists, ran in an
-earlier round, succeeded and has the right kind, and stamps the output's `computed_on`. A call repeating an earlier
-successful call of an earlier round on the same input is refused as `repeated_call` (no cycles).
+`ToolRegistry.call` is the ONE dispatcher: it validates the call, resolves its references to earlier results of the
+chat (geopilot.tool_chains), runs it with a timeout that ends the work (geopilot.tool_runner), captures every
+failure into the `ToolResult` (geopilot.tool_result), and never raises for anything a model (or an MCP client)
+sends.
 """
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import os
-import re
-import sys
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from geopilot.cancellation import CancelToken, ToolCancelled, cancel_scope
 from geopilot.errors import describe_validation_error, echo
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action, Modality
-from geopilot.tool_output import INPUT_IMAGE, Detection, ToolOutput
+from geopilot.tool_chains import REFERENCE_PARAMS, ChatCalls, ResolvedInputs, params_key
+from geopilot.tool_output import ToolOutput
+from geopilot.tool_result import ToolCallError, ToolResult
+from geopilot.tool_runner import CANCEL_GRACE_S, TimedOut, ToolFailed, run_in_process, run_in_thread
 
 
 @runtime_checkable
@@ -59,132 +38,21 @@ class Tool(Protocol):
 
 
 Isolation = Literal["thread", "process"]
-CANCEL_GRACE_S = 1.0  # after a timeout, how long the dispatcher waits for in-process work to stop
-
-
-class ToolCallError(ValueError):
-    """A call that cannot run: `kind` is one of unknown_tool, invalid_params, wrong_modality, invalid_reference,
-    repeated_call."""
-
-    def __init__(self, kind: str, message: str):
-        self.kind = kind
-        super().__init__(message)
-
-
-@dataclass
-class ToolResult:
-    """The outcome of one call. Exactly one of `output` and `error` is set; `error_kind` classifies failures."""
-
-    tool: str
-    params: dict[str, Any]
-    output: ToolOutput | None = None
-    error: str | None = None
-    error_kind: str | None = (
-        None  # unknown_tool | invalid_params | wrong_modality | timeout | tool_error | invalid_output
-    )
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def for_formatter(self) -> tuple[str, ToolOutput]:
-        """The (name, output) pair `geopilot.wire.format_tool_turn` takes; a failure is `ToolOutput(error=...)`."""
-        return (self.tool, self.output if self.output is not None else ToolOutput(error=str(self.error)))
 
 
 UNEXPECTED_PARAMETER = "unexpected parameter"  # how an extra key in a tool call's params is described
 
-# -- chains: references to earlier results of the same chat ------------------------------------------------------
 
-RESULT_REFERENCE = re.compile(r"result:([1-9][0-9]{0,5})")
-# param name -> the kind of earlier output it names: an image artefact, or a detection result's objects
-REFERENCE_PARAMS: dict[str, str] = {"image": "image", "objects": "objects"}
-REFERENCE_HELP = {
-    "image": "omit to use the chat's image; 'result:N' runs on the image artefact of this chat's call N "
-    "(calls are numbered from 1 in order, e.g. the restored image of remove_clouds)",
-    "objects": "'result:N': the objects that this chat's detection call N found",
-}
+def _plan_params(tool: Tool) -> tuple[str, str]:
+    """A tool's params schema, with and without its reference params, each checked to compile into the plan grammar
+    (ValueError naming the tool otherwise: at registry load, never at request time)."""
+    from geopilot.agent.plan_schema import check_params_schema
 
-
-def check_reference(value: str | None) -> str | None:
-    """The one spelling of a reference (a pydantic AfterValidator of every reference param); the message names no
-    input, so a path or a URL is refused without echoing it."""
-    if value is not None and not RESULT_REFERENCE.fullmatch(value):
-        raise ValueError("must be 'result:N', N the number of an earlier call of this chat (paths are not accepted)")
-    return value
-
-
-def _params_key(tool: str, params: BaseModel) -> str:
-    return tool + json.dumps(params.model_dump(mode="json"), sort_keys=True)
-
-
-class ChatCalls:
-    """The calls of one chat, numbered 1, 2, ... in call order over its rounds (= `ChatResult.tool_calls`): the only
-    thing `result:N` can name. A round's results become readable when it closes, so a call reads earlier rounds."""
-
-    def __init__(self):
-        self.done: list[tuple[ToolResult, str | None]] = []  # (result, params key) of closed rounds
-        self.pending: list[tuple[ToolResult, str | None]] = []
-
-    def record(self, result: ToolResult, key: str | None = None) -> None:
-        self.pending.append((result, key))
-
-    def close_round(self) -> None:
-        self.done += self.pending
-        self.pending = []
-
-    def repeat_of(self, key: str) -> int | None:
-        """The number of an earlier round's successful call with the same tool, params and input, if any (a cycle;
-        the calls of one plan are one batch, limited by max_tool_calls instead)."""
-        for number, (result, seen) in enumerate(self.done, start=1):
-            if seen == key and result.ok:
-                return number
-        return None
-
-    def resolve(self, field: str, reference: str) -> ToolResult:
-        """The result `reference` names for param `field`; ToolCallError("invalid_reference") saying what is wrong."""
-        number = int(RESULT_REFERENCE.fullmatch(reference).group(1))
-        made = len(self.done) + len(self.pending)
-        if number > made:
-            raise ToolCallError(
-                "invalid_reference",
-                f"{field} {echo(reference)}: this chat has made {made} call(s), there is no call {number}",
-            )
-        if number > len(self.done):
-            raise ToolCallError(
-                "invalid_reference",
-                f"{field} {echo(reference)}: call {number} runs in this round; plan the call that reads it in the next round",
-            )
-        result = self.done[number - 1][0]
-        if not result.ok:
-            raise ToolCallError(
-                "invalid_reference",
-                f"{field} {echo(reference)}: call {number} ({result.tool}) failed, it has no output to use",
-            )
-        kind = REFERENCE_PARAMS[field]
-        output = result.output
-        if kind == "image" and not any(a.kind == "image" for a in output.artifacts):
-            raise ToolCallError(
-                "invalid_reference",
-                f"{field} {echo(reference)}: call {number} ({result.tool}) produced no image (only an image artefact, "
-                "e.g. remove_clouds' restored image, can be an image)",
-            )
-        if kind == "objects" and (output.segments or output.roads is not None or output.artifacts):
-            raise ToolCallError(
-                "invalid_reference",
-                f"{field} {echo(reference)}: call {number} ({result.tool}) is not a detection, it has no objects to use",
-            )
-        return result
-
-
-@dataclass
-class ResolvedInputs:
-    """What a call's references named: the image to run on, and objects for an `objects` param."""
-
-    computed_on: str = INPUT_IMAGE
-    image_path: str | None = None
-    objects: list[Detection] | None = None
+    schema = tool.params_model.model_json_schema()
+    own = {**schema, "properties": {k: v for k, v in schema.get("properties", {}).items() if k not in REFERENCE_PARAMS}}
+    if "required" in schema:
+        own["required"] = [k for k in schema["required"] if k not in REFERENCE_PARAMS]
+    return check_params_schema(tool.name, schema), check_params_schema(tool.name, own)
 
 
 class ToolRegistry:
@@ -199,6 +67,28 @@ class ToolRegistry:
                 raise ValueError(f"two tools are named {tool.name!r}")
             self._tools[tool.name] = tool
         self.timeout_s, self.cancel_grace_s = timeout_s, cancel_grace_s
+        self._plan_params: dict[str, tuple[str, str]] | None = None  # compiled on first use (xgrammar loads torch)
+
+    def check_plan_schemas(self) -> None:
+        """Compile every tool's params schema for the plan grammar (once); ValueError naming the first tool whose
+        schema cannot compile. `GeoPilot` calls it when it loads its registry, before any request."""
+        if self._plan_params is None:
+            self._plan_params = {name: _plan_params(tool) for name, tool in self._tools.items()}
+
+    def plan_constraint(self, modality: Modality | None = None):
+        """The plan a chat's first think turn may write: calls of this registry's tools (those of `modality`
+        when it is declared), without `result:N` params (there is no earlier call to name)."""
+        from geopilot.agent.plan_schema import PlanConstraint
+
+        names = tuple(n for n, t in self._tools.items() if modality is None or t.modality in (None, modality))
+        return PlanConstraint(names, params=tuple((n, self.plan_params(n, references=False)) for n in names))
+
+    def plan_params(self, name: str, references: bool = True) -> str:
+        """The params JSON schema (JSON text) a plan's call of `name` is decoded in, compiled at load;
+        `references=False` leaves out the `result:N` params (a chat's first plan has no earlier call to name)."""
+        self.check_plan_schemas()
+        with_refs, without = self._plan_params[name]
+        return with_refs if references else without
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools
@@ -258,7 +148,7 @@ class ToolRegistry:
                 resolved.image_path = next(a.path for a in output.artifacts if a.kind == "image")
             else:
                 resolved.objects = list(output.detections)
-        if calls is not None and (number := calls.repeat_of(_params_key(tool.name, params))) is not None:
+        if calls is not None and (number := calls.repeat_of(params_key(tool.name, params))) is not None:
             raise ToolCallError(
                 "repeated_call",
                 f"{tool.name} already ran with these params on the same image (call {number}); use its output above",
@@ -271,7 +161,7 @@ class ToolRegistry:
             tool, params = self._checked_params(action, None)
         except ToolCallError:
             return None
-        return _params_key(tool.name, params)
+        return params_key(tool.name, params)
 
     def _checked_params(self, action: Action, modality: Modality | None) -> tuple[Tool, BaseModel]:
         tool = self.get(action.tool)
@@ -315,15 +205,15 @@ class ToolRegistry:
         extra = {} if inputs.objects is None else {"objects": inputs.objects}
         try:
             if timeout <= 0:
-                raise _TimedOut(f"tool {tool.name!r} was not run: no time left (timeout {timeout:g} s)")
-            run = _run_in_process if getattr(tool, "isolation", "thread") == "process" else _run_in_thread
+                raise TimedOut(f"tool {tool.name!r} was not run: no time left (timeout {timeout:g} s)")
+            run = run_in_process if getattr(tool, "isolation", "thread") == "process" else run_in_thread
             output = run(tool, image, params, timeout, self.cancel_grace_s, extra)
-        except _TimedOut as err:
+        except TimedOut as err:
             result.error, result.error_kind = str(err), "timeout"
         except ValidationError as err:  # a backend built an out-of-range box, an empty label, ...
             result.error = f"tool {tool.name!r} produced an invalid output: {describe_validation_error(err)}"
             result.error_kind = "invalid_output"
-        except _ToolFailed as err:
+        except ToolFailed as err:
             result.error, result.error_kind = str(err), err.kind
         except Exception as err:  # noqa: BLE001 - a tool's failure is data for the model, not a crash
             result.error, result.error_kind = f"tool {tool.name!r} failed: {type(err).__name__}: {err}", "tool_error"
@@ -371,108 +261,3 @@ def _artifact_image(inputs: ResolvedInputs) -> LoadedImage:
 def _data_model(tool: Tool) -> type[BaseModel] | None:
     """The schema a tool declares for `ToolOutput.data` (optional: `data_model` next to `params_model`)."""
     return getattr(tool, "data_model", None)
-
-
-class _TimedOut(Exception):  # noqa: N818 - internal signal of ToolRegistry.call
-    pass
-
-
-class _ToolFailed(Exception):  # noqa: N818 - a failure reported by a worker process, already one line
-    def __init__(self, message: str, kind: str = "tool_error"):
-        self.kind = kind
-        super().__init__(message)
-
-
-def _discard_artifacts(output: object) -> None:
-    """Remove the files a call published after its caller had given up on it."""
-    for artifact in getattr(output, "artifacts", None) or []:
-        try:
-            os.unlink(artifact.path)
-        except OSError:
-            pass
-
-
-def _run_in_thread(
-    tool: Tool, image: LoadedImage | None, params: BaseModel, timeout: float, grace: float, extra: dict
-) -> object:
-    """Run in a daemon thread under a cancel token; on timeout cancel it and wait (up to `grace`) for it to stop."""
-    token, done, box = CancelToken(), threading.Event(), {}
-
-    def work() -> None:
-        with cancel_scope(token):
-            try:
-                box["output"] = tool.run(image, params, **extra)
-            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
-                box["error"] = err
-            finally:
-                done.set()
-
-    threading.Thread(target=work, name=f"tool-{tool.name}", daemon=True).start()
-    if not done.wait(timeout):
-        token.cancel(f"timed out after {timeout:g} s")
-        stopped = done.wait(grace)
-        _discard_artifacts(box.get("output"))
-        raise _TimedOut(
-            f"tool {tool.name!r} timed out after {timeout:g} s"
-            + ("" if stopped else f" (it did not stop within {grace:g} s: the backend has no cancellation point)")
-        )
-    if "error" in box:
-        if isinstance(box["error"], ToolCancelled):  # cancelled from inside (a nested deadline): still a timeout
-            raise _TimedOut(f"tool {tool.name!r} was cancelled: {box['error']}")
-        raise box["error"]
-    return box["output"]
-
-
-def _child_main(tool: Tool, image: LoadedImage | None, params: BaseModel, extra: dict, conn) -> None:
-    """The forked worker: run the call, send ("ok", output) or ("error", kind, message) back."""
-    try:
-        message = ("ok", tool.run(image, params, **extra))
-    except ValidationError as err:
-        problem = describe_validation_error(err)
-        message = ("error", "invalid_output", f"tool {tool.name!r} produced an invalid output: {problem}")
-    except BaseException as err:  # noqa: BLE001 - reported to the parent as the call's failure
-        message = ("error", "tool_error", f"tool {tool.name!r} failed: {type(err).__name__}: {err}")
-    try:
-        conn.send(message)
-    except Exception as err:  # noqa: BLE001 - e.g. an output that does not pickle
-        conn.send(("error", "tool_error", f"tool {tool.name!r} failed: its output cannot be sent back: {err}"))
-    conn.close()
-
-
-def _cuda_initialised() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
-
-
-def _run_in_process(
-    tool: Tool, image: LoadedImage | None, params: BaseModel, timeout: float, grace: float, extra: dict
-) -> object:
-    """Run in a forked child (it inherits the loaded model, nothing is pickled on the way in); kill it on timeout."""
-    if _cuda_initialised() or "fork" not in multiprocessing.get_all_start_methods():
-        raise _ToolFailed(
-            f"tool {tool.name!r} has isolation 'process', which needs fork and no CUDA in this process; "
-            "use isolation 'thread' (cooperative cancellation) on GPU"
-        )
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    worker = context.Process(target=_child_main, args=(tool, image, params, extra, send), daemon=True)
-    worker.start()
-    send.close()
-    try:
-        if not receive.poll(timeout):
-            raise _TimedOut(f"tool {tool.name!r} timed out after {timeout:g} s (its worker process was stopped)")
-        try:
-            message = receive.recv()
-        except EOFError:
-            worker.join(grace)
-            raise _ToolFailed(
-                f"tool {tool.name!r} failed: its worker process died (exit code {worker.exitcode})"
-            ) from None
-    finally:
-        if worker.is_alive():
-            worker.kill()
-        worker.join()
-        receive.close()
-    if message[0] == "ok":
-        return message[1]
-    raise _ToolFailed(message[2], message[1])

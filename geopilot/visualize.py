@@ -1,4 +1,4 @@
-"""Draw tool outputs on the image (`geopilot chat --save-vis out.png`): boxes and polygons with labels,
+"""Draw tool outputs on the image (`geopilot chat --out out.png`): boxes and polygons with labels,
 masks as translucent overlays (COCO RLE decoded with pycocotools), road graphs as lines and nodes.
 
     draw_outputs(image, [call.output for call in result.tool_calls if call.output]).save("out.png")

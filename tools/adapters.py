@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from geopilot.artifacts import publish_artifact
 from geopilot.config import StrictConfig
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import Artifact, Detection, RoadGraph, SegmentClass, ToolOutput
 from geopilot.tools.geo import save_geotiff
 from geopilot.tools.precision import precision_setting

@@ -32,7 +32,7 @@ from PIL import Image
 from pydantic import BaseModel, ValidationError
 
 from geopilot.errors import GeoPilotInputError, describe_validation_error
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.records import AnnotationRecord, ObjectAnnotation
 from geopilot.tool_output import RLE, Artifact, Detection, RoadGraph, ToolOutput
 from geopilot.tool_protocol import UNEXPECTED_PARAMETER
@@ -45,7 +45,7 @@ from geopilot.tools.canonical import (
     unit_box,
     unit_polygon,
 )
-from geopilot.tools.tasks import TASKS_BY_NAME
+from geopilot.tools.task_tools import TASKS_BY_NAME
 from geopilot.vocabulary import canonical_class, is_known_class, normalise
 
 PROVENANCE = "annotations"

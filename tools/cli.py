@@ -92,7 +92,7 @@ def run_tool(args: argparse.Namespace) -> int:
     from geopilot.image import load_image
     from geopilot.sample import Action
     from geopilot.tool_output import llm_view
-    from geopilot.tool_protocol import ToolCallError
+    from geopilot.tool_result import ToolCallError
     from geopilot.tools.registry import build_registry, load_tools_config
 
     params = parse_json_object(args.params, "--params")

@@ -28,7 +28,7 @@ from shapely.geometry import LineString, MultiPolygon, Polygon, box, mapping, sh
 from shapely.geometry.base import BaseGeometry
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import GeoRef
+from geopilot.loaded_image import GeoRef
 from geopilot.tool_output import MASK_MAX_PIXELS, RLE, Detection, ToolOutput, decode_mask
 
 SIMPLIFY_PX = 0.5  # mask outlines: Douglas-Peucker tolerance in mask pixels (stair steps of diagonal edges go)

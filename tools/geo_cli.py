@@ -1,4 +1,4 @@
-"""`geopilot geo export --image FILE --output TOOL_OUTPUT.json --out PATH [--class-polygons]`.
+"""`geopilot geo export --image FILE --tool-output TOOL_OUTPUT.json --out PATH [--class-polygons]`.
 
 Converts a saved canonical tool output (what `geopilot tools run --json` prints or `--out` saves as output.json; a
 bare ToolOutput object works too) for a georeferenced image into PATH, the format by its suffix: `.geojson` = RFC
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from geopilot.argtypes import int_in
+from geopilot.argtypes import add_deprecated_name, int_in
 from geopilot.cli import Command
 from geopilot.errors import GeoPilotInputError, echo
 from geopilot.fileio import MiB, overwrites_input, read_json, regular_file
@@ -26,7 +26,8 @@ TOOL_OUTPUT_MAX_BYTES = 256 * MiB  # a saved tool output: masks of a 10k x 10k s
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", required=True, help="the GeoTIFF the tool ran on")
-    parser.add_argument("--output", required=True, help="the tool output JSON (`geopilot tools run --json`)")
+    parser.add_argument("--tool-output", help="the tool output JSON (`geopilot tools run --json`); required")
+    add_deprecated_name(parser, "--output", "--tool-output")
     parser.add_argument("--out", required=True, help="file to write: .geojson, .gpkg or .tif")
     parser.add_argument("--class-polygons", action="store_true", help="also write semantic classes as polygons")
     parser.add_argument(
@@ -42,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.raster import read_georef
     from geopilot.tools.geo_files import export
 
-    image, saved, out = Path(args.image), Path(args.output), Path(args.out)
+    if args.tool_output is None:
+        raise GeoPilotInputError("--tool-output is required: the tool output JSON to export")
+    image, saved, out = Path(args.image), Path(args.tool_output), Path(args.out)
     if image.suffix.lower() not in GEOTIFF_SUFFIXES:
         raise GeoPilotInputError(f"--image {echo(str(image))}: not a GeoTIFF file (.tif/.tiff)")
     regular_file(image, "--image GeoTIFF")
     if overwrites_input(saved, [image]):
-        raise GeoPilotInputError("--image and --output are the same file: --output is the tool output JSON")
+        raise GeoPilotInputError("--image and --tool-output are the same file: --tool-output is the tool output JSON")
     clash = overwrites_input(out, [image, saved])
     if clash is not None:
         raise GeoPilotInputError(f"--out {echo(str(out))} is the input {echo(clash)}: refusing to write over it")
@@ -72,17 +75,17 @@ def read_tool_output(path: Path):
     from geopilot.errors import describe_validation_error
     from geopilot.tool_output import ToolOutput
 
-    data = read_json(path, TOOL_OUTPUT_MAX_BYTES, "--output tool output")
+    data = read_json(path, TOOL_OUTPUT_MAX_BYTES, "--tool-output tool output")
     if not isinstance(data, dict):
-        raise GeoPilotInputError(f"--output {echo(str(path))}: expected a JSON object")
+        raise GeoPilotInputError(f"--tool-output {echo(str(path))}: expected a JSON object")
     report = "output" in data and "tool" in data
     if report and data["output"] is None:
         failed = f"the tool call failed ({echo(data.get('error'))})"
-        raise GeoPilotInputError(f"--output {echo(str(path))}: {failed}; nothing to export")
+        raise GeoPilotInputError(f"--tool-output {echo(str(path))}: {failed}; nothing to export")
     try:
         output = ToolOutput.model_validate(data["output"] if report else data)
     except ValidationError as err:
-        raise GeoPilotInputError(f"--output {echo(str(path))}: {describe_validation_error(err)}") from None
+        raise GeoPilotInputError(f"--tool-output {echo(str(path))}: {describe_validation_error(err)}") from None
     return (str(data["tool"]) if report else "tool"), output
 
 

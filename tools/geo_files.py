@@ -24,7 +24,7 @@ import numpy as np
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import staged
-from geopilot.image import GeoRef
+from geopilot.loaded_image import GeoRef
 from geopilot.tool_output import MASK_MAX_PIXELS, ToolOutput
 from geopilot.tools.geo import PixelFeatures, mask_array, pixel_features, to_geojson, to_native, wgs84_problem
 
@@ -33,9 +33,19 @@ GPKG_SUFFIXES = (".gpkg",)
 RASTER_SUFFIXES = (".tif", ".tiff")
 LAYER_TYPES = {"detections": "MultiPolygon", "roads": "LineString", "classes": "MultiPolygon"}
 PALETTE = [  # class colours, repeated past 12 classes
-    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-    (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (174, 199, 232), (255, 187, 120),
-]  # fmt: skip
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+    (174, 199, 232),
+    (255, 187, 120),
+]
 
 
 class GeoExportError(GeoPilotInputError):

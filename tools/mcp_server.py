@@ -34,7 +34,8 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
 from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
 from geopilot.sample import Action
-from geopilot.tool_protocol import ToolCallError, ToolRegistry
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolCallError
 
 SERVER_NAME = "geopilot-tools"
 IMAGE_ARGUMENT = ARGUMENT

@@ -42,7 +42,7 @@ from geopilot.tools.adapters import (
     SegmenterOptions,
     SpaGanOptions,
 )
-from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool
+from geopilot.tools.task_tools import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool
 from geopilot.tools.weight_files import SPA_GAN_CHECKPOINT
 from geopilot.tools.weights import pick_device, resolve_weights
 

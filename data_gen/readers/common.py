@@ -20,10 +20,10 @@ from typing import Any
 import defusedxml.ElementTree as SafeET
 import numpy as np
 from defusedxml import DefusedXmlException
-from PIL import Image
 
 from geopilot.errors import GeoPilotInputError, first_line
 from geopilot.fileio import MiB, read_bounded
+from geopilot.image import read_size
 from geopilot.records import AnnotationRecord, ObjectAnnotation, ReadReport
 from geopilot.vocabulary import canonical_class
 
@@ -147,8 +147,7 @@ def root_entries(root: Path | str, limit: int = 10) -> str:
 def image_size(path: Path) -> tuple[int, int] | None:
     """(width, height) from the file header (no decoding); None when neither PIL nor rasterio can read it."""
     try:
-        with Image.open(path) as image:
-            return image.size
+        return read_size(path, str(path))
     except Exception:  # noqa: BLE001 - PIL raises many types for odd TIFFs; fall back to GDAL
         pass
     try:

@@ -42,7 +42,7 @@ from geopilot.data_gen.readers.common import (
     polygon_object,
     require_dir,
 )
-from geopilot.eval.task_metrics.geometry import clip_convex, convex_polygon
+from geopilot.polygons import clip_convex, convex_polygon
 from geopilot.records import AnnotationRecord, Dialogue, ReadReport, ReferringExpression
 from geopilot.sample import IMAGE_PLACEHOLDER
 from geopilot.vocabulary import canonical_class

@@ -167,7 +167,8 @@ def _turns(row: dict, kind: str) -> tuple[tuple[tuple[str, str], ...], str]:
     )
 
 
-def _image_path(root: Path, name: str) -> Path:
+def find_image(root: Path, name: str) -> Path:
+    """Where SARLANG keeps the image a text row names (its folder layouts vary); the first candidate if none is."""
     relative = Path(name.replace("\\", "/"))
     candidates = [root / relative, root / "SARimages" / relative, root / "SARimages" / relative.name]
     if not relative.suffix:
@@ -175,7 +176,8 @@ def _image_path(root: Path, name: str) -> Path:
     return next((p for p in candidates if p.is_file()), candidates[1])
 
 
-def _text_files(text_dir: Path, stem: str) -> list[Path]:
+def find_text_files(text_dir: Path, stem: str) -> list[Path]:
+    """The text files of one kind (`stem`): named after it, or inside a folder named after it."""
     found = [p for p in text_dir.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES]
     return sorted(p for p in found if p.stem == stem or p.parent.name == stem)
 
@@ -214,7 +216,7 @@ def read_sarlang(root: Path, split: str = "train") -> ReadResult:
     root = require_dir(root, "SARLANG-1M", "expected SARimages/ and Text/{caption,VQA}/")
     text_dir = root / "Text"
     files = (
-        [(p, kind) for stem, kind in TEXT_FILES[split] for p in _text_files(text_dir, stem)]
+        [(p, kind) for stem, kind in TEXT_FILES[split] for p in find_text_files(text_dir, stem)]
         if text_dir.is_dir()
         else []
     )
@@ -224,7 +226,7 @@ def read_sarlang(root: Path, split: str = "train") -> ReadResult:
     report = ReadReport()
     by_image: dict[str, AnnotationRecord] = {}
     for where, image_name, turns, task in text_rows(files, report):
-        image_path = _image_path(root, image_name)
+        image_path = find_image(root, image_name)
         record = by_image.get(str(image_path))
         if record is None:
             image = checked_image(image_path, report, where)

@@ -23,7 +23,7 @@ from pathlib import Path
 from geopilot.data_gen.readers.common import BAD_POLYGON, IMAGE_SUFFIXES, MALFORMED_LINE, MISSING_IMAGE, parse_json
 from geopilot.data_gen.readers.geochat import BOX, box_repairs, decode_box
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem, Loaded
-from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_polygon, is_simple
+from geopilot.polygons import DegeneratePolygonError, convex_polygon, is_simple
 from geopilot.records import ReadReport
 
 FILE = "referring.jsonl"

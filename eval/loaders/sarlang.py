@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from geopilot.data_gen.readers.common import MALFORMED_LINE, MISSING_IMAGE
-from geopilot.data_gen.readers.sarlang import _image_path, _text_files, text_rows
+from geopilot.data_gen.readers.sarlang import find_image, find_text_files, text_rows
 from geopilot.eval.loaders.common import BenchmarkError, EvalItem, Loaded
 from geopilot.records import ReadReport
 
@@ -54,7 +54,7 @@ def infer_type(question: str) -> str:
 
 def _files(root: Path, stem: str) -> list[Path]:
     text_dir = root / "Text"
-    found = _text_files(text_dir, stem) if text_dir.is_dir() else []
+    found = find_text_files(text_dir, stem) if text_dir.is_dir() else []
     if not found:
         raise BenchmarkError(f"SARLANG-1M: no {stem}.csv/.json/.jsonl under {text_dir}")
     return found
@@ -67,7 +67,7 @@ def _read(root: Path | str, stem: str, kind: str, check_images: bool, report: Re
         raise BenchmarkError(f"SARLANG-1M: {root} is not a directory (expected SARimages/ and Text/)")
     seen: dict[str, int] = {}
     for where, image_name, turns, task in text_rows([(path, kind) for path in _files(root, stem)], report):
-        image = _image_path(root, image_name)
+        image = find_image(root, image_name)
         if check_images and not image.is_file():
             report.skip(MISSING_IMAGE, f"{where}: {image} not found")
             continue

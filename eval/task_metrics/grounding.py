@@ -10,7 +10,7 @@ IoU, each polygon used at most once. Two protocols score the pairing (docs/eval_
 - `all_or_nothing`: every sample is one trial, right only when every target is paired AND no box is left over
   (gRefCOCO's Pr(F1=1, IoU>=0.5)); for a single target this is plain IoU >= 0.5 with exactly one box.
 A missing prediction, an empty one, or a predicted polygon with no area (`DegeneratePolygonError`) finds nothing;
-missing ids are listed. IoU is exact rotated-polygon IoU (`eval.task_metrics.geometry`).
+missing ids are listed. IoU is exact rotated-polygon IoU (`geopilot.polygons`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from geopilot.eval.task_metrics.coverage import coverage
-from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_polygon, intersection_area, signed_area
+from geopilot.polygons import DegeneratePolygonError, convex_polygon, intersection_area, signed_area
 
 Polygon = Sequence[Sequence[float]]
 THRESHOLD = 0.5

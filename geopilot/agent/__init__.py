@@ -16,8 +16,9 @@ inferred from the pixels (`geopilot.image.infer_modality`: no colour -> SAR) and
 One file each: `requests` (input checks), `results` (what a chat returns), `loop` (one request's loop, fed a turn
 at a time), `engine` (the engine protocol + the in-process KV-cache engine), `http_engine` (an OpenAI-compatible
 server as the engine), `streaming` (`chat_stream`), `pilot` (`GeoPilot`: the one loop over either engine),
-`client_tools` + `plan_grammar` + `prefix_cache` (client-run tools: the plan handed back, decoded inside the
-grammar `tool_choice` allows, its KV cache kept for the request that brings the results).
+`plan_schema` (every think turn decoded inside the plan grammar compiled from the registry, xgrammar),
+`client_tools` + `prefix_cache` (client-run tools: the plan handed back, decoded inside the grammar `tool_choice`
+allows, its KV cache kept for the request that brings the results).
 """
 
 from geopilot.agent.client_tools import ClientTools

@@ -15,10 +15,11 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from geopilot.agent.plan_grammar import PlanConstraint
+from geopilot.agent.plan_schema import PlanConstraint
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
-from geopilot.tool_protocol import ToolCallError, ToolRegistry
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolCallError
 
 ToolChoice = Literal["none", "auto", "required"]
 
@@ -29,12 +30,13 @@ class ClientTools:
     unknown: tuple[str, ...] = ()  # declared but not in the registry (untrained; only the name is checked)
     choice: str = "auto"  # "none" | "auto" | "required" | the name of the one function to call
     parallel: bool = True  # False: at most one call per plan
+    schemas: tuple[tuple[str, str], ...] = ()  # unknown tools' declared params schemas (JSON text, checked)
 
     def constraint(self, registry: ToolRegistry | None = None) -> PlanConstraint:
-        """tool_choice as a PlanConstraint; with `registry`, a known tool whose params model forbids other keys
-        is also held to its own param names."""
+        """tool_choice as a PlanConstraint; with `registry`, a known tool's params are held to its own schema."""
         limit = None if self.parallel else 1
-        params = tuple((n, keys) for n in self.names if (keys := _param_names(registry, n)) is not None)
+        known = [] if registry is None else [n for n in self.names if n in registry and n not in self.unknown]
+        params = tuple((n, registry.plan_params(n)) for n in known) + self.schemas
         if self.choice == "none":
             return PlanConstraint(self.names, 0, 0, params)
         if self.choice == "auto":
@@ -51,13 +53,6 @@ class ClientTools:
             )
         if action.tool not in self.unknown:
             registry.validate(action, modality)
-
-
-def _param_names(registry: ToolRegistry | None, name: str) -> tuple[str, ...] | None:
-    if registry is None or name not in registry.names():
-        return None
-    schema = registry.get(name).params_model.model_json_schema()
-    return tuple(schema.get("properties", {})) if schema.get("additionalProperties") is False else None
 
 
 def tool_output(text: str) -> ToolOutput:

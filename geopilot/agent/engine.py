@@ -5,10 +5,10 @@ each row reads first. `GeoPilot` runs its one loop over either engine:
 - `LocalEngine`: the model in this process, one KV cache for the batch (`geopilot.generation.KVSession`): later
   turns prefill only the new user turn. With a `PrefixCache`, a think turn whose calls a client runs is parked
   (image and prompt; the plan is re-encoded as the template renders it, so a hit continues exactly as a
-  re-prefill would), and the request bringing their results continues from it (`geopilot.agent.prefix_cache`); the plans of
-  client-run tools are decoded inside the plan grammar (`geopilot.agent.plan_grammar`).
+  re-prefill would), and the request bringing their results continues from it (`geopilot.agent.prefix_cache`); the
+  rows given a plan constraint are decoded inside its grammar (`geopilot.agent.plan_schema.PlanLogits`).
 - `HttpEngine` (`geopilot.agent.http_engine`): an OpenAI-compatible server (vLLM, `geopilot serve`) renders and
-  generates each turn from the whole conversation.
+  generates each turn from the whole conversation; a plan constraint goes as the request's `response_format`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from geopilot.agent.plan_grammar import ConstrainedPlans
+from geopilot.agent.plan_schema import PlanConstraint, PlanGrammars, PlanLogits
 from geopilot.agent.prefix_cache import PrefixCache, prefix_key
 from geopilot.agent.requests import PreparedRequest
 from geopilot.families import family_of_model
@@ -39,10 +39,16 @@ class TurnSession(Protocol):
         """Context positions the user turn `text` takes (an upper bound where the engine cannot count)."""
 
     def generate(
-        self, rows: list[int], user_turns: list[str] | None, stream: TextSink | None, max_new_tokens: int | None
+        self,
+        rows: list[int],
+        user_turns: list[str] | None,
+        stream: TextSink | None,
+        max_new_tokens: int | None,
+        plans: list[PlanConstraint | None] | None = None,
     ) -> list[Turn]:
         """The next turn of each of `rows` (ordered, a subset of the live rows); `user_turns` is None on the first
-        turn, else the text each row reads first. `stream` gets text pieces of a one-row turn."""
+        turn, else the text each row reads first. `stream` gets text pieces of a one-row turn. `plans[i]`: the
+        grammar row i's turn is decoded in (None: free)."""
 
 
 class Engine(Protocol):
@@ -65,6 +71,7 @@ class LocalEngine:
     def __init__(self, model, processor, session_factory: SessionFactory | None = None, prefix_cache=None):
         self.model, self.processor, self.tokenizer = model, processor, processor.tokenizer
         self.family = family_of_model(model)
+        self._grammars: PlanGrammars | None = None
         self.prefix_cache: PrefixCache | None = prefix_cache
         self.session_factory = session_factory or (
             lambda prompts, pixels, options, **images: KVSession(
@@ -81,6 +88,16 @@ class LocalEngine:
         """Tokens one image takes in the prompt: LLaVA's fixed count; under a native-resolution family, a 448 px
         square's (`image_tokens_of` gives a given size's)."""
         return self.image_tokens_of((448, 448))
+
+    @property
+    def grammars(self) -> PlanGrammars:
+        """The plan grammars of this tokenizer over the model's whole vocabulary (built on first use)."""
+        if self._grammars is None:
+            self._grammars = PlanGrammars.of(self.tokenizer, self.model.config.text_config.vocab_size)
+        return self._grammars
+
+    def check_plan_room(self, constraint: PlanConstraint, max_new_tokens: int) -> None:
+        self.grammars.check_room(constraint, max_new_tokens)
 
     def image_tokens_of(self, image_size: tuple[int, int]) -> int:
         return self.family.image_token_count(self.processor, *image_size)
@@ -155,7 +172,12 @@ class LocalSession:
         return len(self._ids(text))
 
     def generate(
-        self, rows: list[int], user_turns: list[str] | None, stream: TextSink | None, max_new_tokens: int | None
+        self,
+        rows: list[int],
+        user_turns: list[str] | None,
+        stream: TextSink | None,
+        max_new_tokens: int | None,
+        plans: list[PlanConstraint | None] | None = None,
     ) -> list[Turn]:
         lead: list[int] = []
         if user_turns is None and self.first_turn is not None:
@@ -164,21 +186,20 @@ class LocalSession:
         tails = None if user_turns is None else [lead + self._ids(text) for text in user_turns]
         self._encoded.clear()
         limit = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
-        self._constrain(rows, max_new_tokens)
+        self._constrain(plans or [None] * len(rows), max_new_tokens)
         return self.session.generate(rows, tails, stream=stream, **limit)
 
-    def _constrain(self, rows: list[int], max_new_tokens: int | None) -> None:
-        """Steer this turn's constrained rows with a fresh ConstrainedPlans (the session's own processors kept)."""
-        constraints = [self.requests[row].constraint for row in rows]
+    def _constrain(self, plans: list[PlanConstraint | None], max_new_tokens: int | None) -> None:
+        """Steer this turn's constrained rows with a fresh PlanLogits (the session's own processors kept)."""
         config = getattr(self.session, "generation_config", None)
-        if all(c is None for c in constraints) or config is None:
+        if all(c is None for c in plans) or config is None:
             if config is not None:
                 self.session.logits_processor = self.base_processor
             return
         from transformers import LogitsProcessorList
 
         limit = min(config.max_new_tokens, max_new_tokens or config.max_new_tokens)
-        steering = ConstrainedPlans(constraints, self.tokenizer, limit)
+        steering = PlanLogits(self.engine.grammars, plans, limit)
         self.session.logits_processor = LogitsProcessorList([*(self.base_processor or []), steering])
 
     def park(self, row: int, key: str, plan) -> bool:
@@ -210,7 +231,7 @@ class RowGroups:
     def user_turn_tokens(self, text: str) -> int:
         return self.groups[0][0].user_turn_tokens(text)
 
-    def generate(self, rows, user_turns, stream, max_new_tokens) -> list[Turn]:
+    def generate(self, rows, user_turns, stream, max_new_tokens, plans=None) -> list[Turn]:
         turns: dict[int, Turn] = {}
         for session, members in self.groups:
             mine = [row for row in rows if row in members]
@@ -218,7 +239,8 @@ class RowGroups:
                 continue
             texts = None if user_turns is None else [user_turns[rows.index(row)] for row in mine]
             local = [members.index(row) for row in mine]
-            out = session.generate(local, texts, stream if len(rows) == 1 else None, max_new_tokens)
+            grammars = None if plans is None else [plans[rows.index(row)] for row in mine]
+            out = session.generate(local, texts, stream if len(rows) == 1 else None, max_new_tokens, grammars)
             turns.update(zip(mine, out, strict=True))
         return [turns[row] for row in rows]
 

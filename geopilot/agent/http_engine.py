@@ -14,6 +14,8 @@ chat's deadline. Token counts come from the server's `usage`; the context check 
 `model` is a local folder, else a bound of one token per two bytes. A turn cut short by the deadline ends the chat
 as `deadline`, as in process. Requests go through the shared `openai` SDK client (`geopilot.llm_client`): its
 retries (429 with Retry-After, 5xx, dropped connections) within the chat's deadline, its timeouts, its streaming.
+A turn decoded in a plan grammar sends its JSON schema (`geopilot.agent.plan_schema.plan_json_schema`) as
+`response_format: {"type": "json_schema", ...}`, which vLLM enforces with its structured-output backend.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from geopilot.agent.engine import TurnDeadline
+from geopilot.agent.plan_schema import PlanConstraint, plan_json_schema
 from geopilot.agent.requests import PreparedRequest
 from geopilot.errors import GeoPilotError
 from geopilot.families import family_of_dir, get_family
 from geopilot.generation import GenerationOptions, Turn
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 
 MIN_REQUEST_S = 0.05  # a request is not sent with less time than this left before the chat's deadline
 
@@ -113,7 +116,7 @@ class HttpSession:
             return len(text.encode()) // 2 + 8  # no tokenizer here: a bound, for the template's markers too
         return len(self.engine.family.tail_ids(tokenizer, text))
 
-    def generate(self, rows, user_turns, stream, max_new_tokens) -> list[Turn]:
+    def generate(self, rows, user_turns, stream, max_new_tokens, plans=None) -> list[Turn]:
         if user_turns is not None:
             for row, text in zip(rows, user_turns, strict=True):
                 previous = self.last[row]
@@ -122,16 +125,19 @@ class HttpSession:
                     {"role": self.engine.family.TOOL_TURN_ROLE, "content": text},
                 ]
         limit = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
+        plans = plans or [None] * len(rows)
         if len(rows) == 1:
-            turns = [self._turn(rows[0], limit, stream)]
+            turns = [self._turn(rows[0], limit, stream, plans[0])]
         else:
             with ThreadPoolExecutor(max_workers=max(1, min(self.engine.max_parallel, len(rows)))) as pool:
-                turns = list(pool.map(lambda row: self._turn(row, limit, None), rows))
+                turns = list(pool.map(lambda row, plan: self._turn(row, limit, None, plan), rows, plans))
         return turns
 
-    def _turn(self, row: int, max_new_tokens: int, stream) -> Turn:
+    def _turn(self, row: int, max_new_tokens: int, stream, plan: PlanConstraint | None = None) -> Turn:
         start = time.perf_counter()
         body = _body(self.engine.model, self.conversations[row], self.options, max_new_tokens, stream is not None)
+        if plan is not None:
+            body["response_format"] = response_format(plan)
         text, finish, usage = self._post(body, stream)
         prompt = int(usage.get("prompt_tokens") or 0)
         # An OpenAI server reports token counts, not ids: the ids stay unknown (-1), their number is right.
@@ -186,6 +192,14 @@ class HttpSession:
                     on_text(piece)
                 finish = choice.finish_reason or finish
         return text, finish, usage
+
+
+def response_format(plan: PlanConstraint) -> dict:
+    """The OpenAI structured-output field holding a plan's JSON schema."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "geopilot_plan", "schema": plan_json_schema(plan), "strict": True},
+    }
 
 
 def _usage(usage) -> dict:

@@ -21,7 +21,9 @@ from geopilot.agent.results import ChatResult, Outcome, Timings, TokenCounts, To
 from geopilot.generation import Turn
 from geopilot.plan_parser import PlanParseError, parse_plan
 from geopilot.sample import Action, AssistantMessage, ToolMessage
-from geopilot.tool_protocol import ChatCalls, ToolCallError, ToolRegistry, ToolResult
+from geopilot.tool_chains import ChatCalls
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_result import ToolCallError, ToolResult
 from geopilot.wire import format_repair_turn, format_tool_turn
 
 MAX_CONCURRENT_DIALOGUES = 8  # rows of a batch whose tool calls run at the same time
@@ -134,6 +136,17 @@ class AgentLoop:
         except Exception as err:  # noqa: BLE001 - a tool's own params model misbehaving is still the call's problem
             return f"invalid_params: {type(err).__name__}: {err}"
         return None
+
+    def plan_constraint(self):
+        """The grammar of this row's next turn (`geopilot.agent.plan_schema`): the chat's plan, before any tool
+        ran (the think turn and its repair); None for the answer turns, decoded freely. A registry without
+        `plan_constraint` (a stand-in) leaves the plan free."""
+        if self.next_kind == "answer" or self.rounds:
+            return None
+        if self.request.client_tools is not None:
+            return self.request.constraint
+        plan_constraint = getattr(self.registry, "plan_constraint", None)
+        return None if plan_constraint is None else plan_constraint(self.request.gate)
 
     def tokens_used(self) -> int:
         """Context positions this conversation fills so far (each generated turn also holds its </s>). Before the

@@ -10,7 +10,9 @@ and a history ending with their results (`ToolMessage`s). With a `PrefixCache` (
 continues from the think turn's KV cache instead of re-prefilling it.
 
 The chat's deadline (`chat_timeout_s`), the context check before each turn, the tool-call limits and the guidance
-for a missing tool extra are the same whichever engine generates.
+for a missing tool extra are the same whichever engine generates. So is the plan grammar: every think turn (and its
+repair) is decoded inside the plan the registry allows (`geopilot.agent.plan_schema`: a token mask in process,
+`response_format` over HTTP); `constrain_plans=False` is the one switch that turns it off (ablations).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class GeoPilot:
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
         chat_timeout_s: float | None = DEFAULT_CHAT_TIMEOUT_S,
         prefix_cache: PrefixCache | None = None,
+        constrain_plans: bool = True,
     ):
         if (engine is None) == (model is None):
             raise GeoPilotInputError("GeoPilot needs a model and processor, or an engine (one of the two)")
@@ -79,6 +82,9 @@ class GeoPilot:
         self.max_tool_calls, self.chat_timeout_s = max_tool_calls, chat_timeout_s
         self._tools, self.tools_config = tools, tools_config
         self.tool_timeout_s, self.max_pixels = tool_timeout_s, max_pixels
+        self.constrain_plans = bool(constrain_plans)
+        if tools is not None:
+            self._check_plan_schemas(tools)
 
     @classmethod
     def from_pretrained(
@@ -147,8 +153,18 @@ class GeoPilot:
                 raise GeoPilotError(
                     f"the default tool registry needs geopilot.tools ({err}); pass tools=ToolRegistry([...])"
                 ) from None
-            self._tools = build_registry(self.tools_config)
+            self._tools = self._check_plan_schemas(build_registry(self.tools_config))
         return self._tools
+
+    def _check_plan_schemas(self, registry: ToolRegistry) -> ToolRegistry:
+        """A tool whose params schema the plan grammar cannot hold fails here, when the registry loads, naming it."""
+        check = getattr(registry, "check_plan_schemas", None)
+        if self.constrain_plans and check is not None:
+            try:
+                check()
+            except ValueError as err:
+                raise GeoPilotError(str(err)) from None
+        return registry
 
     # -- public API ---------------------------------------------------------------------------------------------------
 
@@ -244,6 +260,7 @@ class GeoPilot:
         dialogues = [
             AgentLoop(p, registry, max_rounds, self.tool_timeout_s, self.max_tool_calls, deadline) for p in prepared
         ]
+        self._check_plan_room(dialogues, options)
         pending: dict[int, str | None] = dict.fromkeys(range(len(prepared)))
         while pending:
             room = self._turn_room(session, dialogues, pending, deadline)
@@ -257,9 +274,10 @@ class GeoPilot:
                 if len(rows) == 1:  # a one-row turn also stops at its next decoded piece
                     on_text = _checking(token, on_text)
             shorten = min(room.values())  # one generate call for the batch: the tightest row sets the length
+            plans = [dialogues[row].plan_constraint() if self.constrain_plans else None for row in rows]
             try:
                 turns = session.generate(
-                    rows, user_turns, on_text, shorten if shorten < options.max_new_tokens else None
+                    rows, user_turns, on_text, shorten if shorten < options.max_new_tokens else None, plans=plans
                 )
             except TurnDeadline as err:
                 for row in rows:
@@ -276,6 +294,15 @@ class GeoPilot:
             dialogue.timings_and_tokens(session.encode_seconds, image_tokens, started)
             dialogue.result.describe_image(request.image)
         return [d.result for d in dialogues]
+
+    def _check_plan_room(self, dialogues: list[AgentLoop], options: GenerationOptions) -> None:
+        """A one-line GeoPilotInputError before anything is generated when `max_new_tokens` cannot hold any plan
+        (an engine that counts tokens here says; a server counts its own)."""
+        check = getattr(self.engine, "check_plan_room", None)
+        if not self.constrain_plans or check is None:
+            return
+        for constraint in {d.plan_constraint() for d in dialogues} - {None}:
+            check(constraint, options.max_new_tokens)
 
     def _park(self, session: TurnSession, row: int, dialogue: AgentLoop) -> None:
         """A think turn whose calls the client runs: keep its cache for the request that brings the results, when

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from geopilot.agent.client_tools import ClientTools
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
-from geopilot.image import LoadedImage, infer_modality, load_image
+from geopilot.image import infer_modality, load_image
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import (
     IMAGE_PLACEHOLDER,
     MESSAGE_ROLES,

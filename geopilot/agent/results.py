@@ -10,7 +10,7 @@ from geopilot.sample import AssistantMessage, Message, Modality
 from geopilot.tool_output import ToolOutput
 
 if TYPE_CHECKING:
-    from geopilot.image import LoadedImage
+    from geopilot.loaded_image import LoadedImage
 
 Outcome = Literal["direct", "tools", "tool_calls", "unparsable", "round_limit", "context_limit", "deadline"]
 TurnKind = Literal["think", "repair", "answer"]

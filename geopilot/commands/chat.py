@@ -1,8 +1,8 @@
-"""`geopilot chat --model DIR [--adapter DIR] --image PATH "question" [--json] [--save-vis out.png]
+"""`geopilot chat --model DIR [--adapter DIR] --image PATH "question" [--json] [--out out.png]
 [--tools-config configs/tools.yaml]`.
 
 Prints the plan (reasoning, tool calls), a short summary of each tool output, the answer and the timings;
-`--json` prints the whole ChatResult instead; `--save-vis` draws the tool outputs on the image.
+`--json` prints the whole ChatResult instead; `--out` draws the tool outputs on the image.
 Bad input (missing model, unreadable image, empty question) exits with code 2 and one line.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from geopilot.argtypes import add_tools_config_argument
+from geopilot.argtypes import add_deprecated_name, add_tools_config_argument
 from geopilot.argtypes import bands as bands_type
 
 SUMMARY_CHARS = 160
@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: as saved")
     parser.add_argument("--json", action="store_true", help="print the ChatResult as JSON")
-    parser.add_argument("--save-vis", metavar="PNG", default=None, help="draw boxes, masks and roads on the image")
+    parser.add_argument("--out", metavar="PNG", default=None, help="write the image with boxes, masks and roads drawn")
+    add_deprecated_name(parser, "--save-vis", "--out")
 
 
 def _summary(call) -> str:
@@ -121,14 +122,14 @@ def run(args: argparse.Namespace) -> int:
         modality=args.modality,
         generation={"max_new_tokens": args.max_new_tokens},
     )
-    if args.save_vis:
+    if args.out:
         from geopilot.visualize import draw_outputs
 
-        draw_outputs(image.image, [c.output for c in result.tool_calls if c.output is not None]).save(args.save_vis)
+        draw_outputs(image.image, [c.output for c in result.tool_calls if c.output is not None]).save(args.out)
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
         _print_human(result, Console(highlight=False))
-        if args.save_vis:
-            print(f"visualisation: {args.save_vis}")
+        if args.out:
+            print(f"visualisation: {args.out}")
     return 0

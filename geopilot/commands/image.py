@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
 def image_info(path: Path, bands: list[int] | None = None) -> tuple[dict, tuple[str, ...]]:
     """The `image info` report and the image's notes."""
-    from geopilot.image import infer_modality, load_image
+    from geopilot.image import infer_modality, load_image, open_header
 
     loaded = load_image(path, bands=bands)
     choice = loaded.bands
@@ -67,9 +67,7 @@ def image_info(path: Path, bands: list[int] | None = None) -> tuple[dict, tuple[
     if loaded.raster is not None:
         report.update(_raster_facts(path, loaded))
     else:
-        from PIL import Image
-
-        with Image.open(path) as handle:
+        with open_header(path, str(path)) as handle:
             report["count"] = len(handle.getbands())
     return report, loaded.notes
 

@@ -30,7 +30,7 @@ from geopilot.fileio import atomic_write
 
 Progress = Callable[[int, int], None]  # (done, total)
 DETECTION_TOOLS = {"optical": {"detect_objects", "detect_all", "ground"}, "sar": {"sar_detect_all", "sar_ground"}}
-TRAIN_MODULE = "geopilot.training.recipe"  # train.py's recipe, run as a module: no checkout path needed
+TRAIN_MODULE = "geopilot.commands.train"  # train.py's command, run as a module: no checkout path needed
 
 
 def _json(path: Path, data) -> None:
@@ -44,7 +44,7 @@ def _json(path: Path, data) -> None:
 def generate_config(layout: Layout, settings: DemoSettings):
     """configs/data_gen/demo.yaml with its source roots moved under DIR/data/synth."""
     from geopilot.config import load_config
-    from geopilot.data_gen.generate import GenerateConfig
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     path = resources.files("geopilot.configs") / "data_gen" / "demo.yaml"
     with resources.as_file(path) as file:
@@ -57,7 +57,7 @@ def generate_config(layout: Layout, settings: DemoSettings):
 
 def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
     from geopilot.data_gen.generate import generate_dataset
-    from geopilot.data_gen.synth import write_synthetic
+    from geopilot.data_gen.synthetic.datasets import write_synthetic
     from geopilot.render import wire_segments
     from geopilot.sample import IMAGE_PLACEHOLDER, load_samples
     from geopilot.tokenizer import tiny_tokenizer
@@ -123,7 +123,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
         "model": MODEL_CONFIGS[settings.model_family](layout, settings, stage),
         "data": {
             "files": [_absolute(layout.train_file)],
-            "alpha": settings.alpha,
+            "replay_alpha": settings.alpha,
             "mixture_seed": settings.seed,
             "max_length": settings.max_length,
             "cache_dir": _absolute(layout.out / ".cache" / "tokenised"),
@@ -282,7 +282,8 @@ def run_evaluate(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     from geopilot.eval.agents import GeoPilotAgent
     from geopilot.eval.cases import load_cases
     from geopilot.eval.planning_set import CATEGORY_ORDER, build_planning_cases
-    from geopilot.eval.runner import read_rows, run_benchmark
+    from geopilot.eval.results_log import read_rows
+    from geopilot.eval.runner import run_benchmark
     from geopilot.eval.toolkit import build_tool_layer
 
     torch.set_num_threads(settings.threads)
@@ -461,7 +462,7 @@ def run_chats(layout: Layout, settings: DemoSettings, progress: Progress) -> dic
 def chain_example(layout: Layout) -> dict:
     """The chain case the report draws: from the scored subset, a cloud chain (its intermediate result is an image)
     the model got right, else any chain it got right, else the first cloud chain."""
-    from geopilot.eval.runner import read_rows
+    from geopilot.eval.results_log import read_rows
 
     cases = [json.loads(line) for line in (layout.eval / "chains_heldout.jsonl").read_text().splitlines() if line]
     rows = read_rows(layout.eval / "chains_run" / "results.jsonl")

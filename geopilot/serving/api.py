@@ -28,42 +28,35 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from geopilot.errors import GeoPilotInputError, ImageTooLargeError, clipped, describe_validation_error
-from geopilot.generation import GenerationOptions
-from geopilot.json_limits import check_depth
+from geopilot.errors import GeoPilotInputError, clipped
 from geopilot.network import BrowserGate, answered_host_names, key_matches
 from geopilot.serving.batcher import Batcher, Busy, Job, Slot
+from geopilot.serving.chat_request import (
+    conversation_request,
+    generation_options,
+    image_source,
+    parse_body,
+    pick,
+)
 from geopilot.serving.config import ServeConfig
 from geopilot.serving.protocol import (
     ChatCompletionRequest,
-    check_history_calls,
-    check_request_size,
-    client_tools,
-    images_of,
-    read_dialogue,
-    refuse_unsupported,
     tool_call_entries,
 )
 from geopilot.serving.security import (
     BodyLimit,
     ServeError,
     UrlPolicy,
-    check_image,
-    decode_data_url,
-    parse_json,
 )
 from geopilot.serving.stops import StopFilter, cut
 
 log = logging.getLogger("geopilot.serving")
 OPEN_PATHS = {"/health"}
-MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (vLLM's and FastChat's rule); 1e-300 would overflow to inf/nan
 
 
 class AuthGate:
@@ -142,7 +135,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
         except ClientDisconnect:
             log.warning("client %s left while sending its request body; nothing was done", _peer(request))
             raise ServeError(499, "client closed the request", code="client_gone") from None
-        body = _parse_body(raw, config.max_text_chars)
+        body = parse_body(raw, config.max_text_chars)
         if body.model != config.model_name:
             raise ServeError(
                 404,
@@ -151,12 +144,12 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
             )
         slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
-            image = await _image_bytes(body, policy, deadline)
-            conversation = await asyncio.to_thread(_conversation, body, image, config, pilot)
+            image = await image_source(body, policy, deadline)
+            conversation = await asyncio.to_thread(conversation_request, body, image, config, pilot)
             job = Job(
                 conversation,
-                _options(body, config),
-                min(_pick(body.geopilot.max_rounds, config.max_rounds), config.max_rounds),
+                generation_options(body, config),
+                min(pick(body.geopilot.max_rounds, config.max_rounds), config.max_rounds),
                 slot=slot,
             )
             started = time.time()
@@ -201,107 +194,6 @@ def _peer(request: Request) -> str:
 
 def _model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "geopilot"}
-
-
-def _pick(value, default):
-    return default if value is None else value
-
-
-def _parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
-    value = parse_json(raw)
-    try:
-        check_depth(value, "the request body")
-        body = ChatCompletionRequest.model_validate(value)
-    except GeoPilotInputError as err:
-        raise ServeError(400, str(err), code="bad_json") from None
-    except ValidationError as err:
-        raise ServeError(400, describe_validation_error(err, source="request"), code="bad_request") from None
-    refuse_unsupported(body)
-    check_request_size(body, max_text_chars)
-    return body
-
-
-async def _image_bytes(body: ChatCompletionRequest, policy: UrlPolicy, deadline: float) -> bytes | str:
-    """The conversation's one image: the bytes fetched from its URL (awaited, inside the deadline), or the data URL
-    itself (decoded in a worker thread with the rest)."""
-    urls = [url for m in body.messages for url in images_of(m.content)]
-    if len(urls) != 1:
-        raise ServeError(
-            400, f"a conversation needs exactly one image (image_url part), got {len(urls)}", code="bad_request"
-        )
-    return urls[0] if urls[0].strip().startswith("data:") else await policy.fetch(urls[0], deadline)
-
-
-def _conversation(body: ChatCompletionRequest, image: bytes | str, config: ServeConfig, pilot) -> dict[str, Any]:
-    """The OpenAI messages and the image (bytes, or a data URL to decode) -> one chat request (image checked): the
-    sample-format history, the query (None: answer the tool results), the system prompt, client-run tools."""
-    dialogue = read_dialogue(body)
-    tools, system = client_tools(
-        body, pilot.tools.names() if body.tools else [], config.allow_unknown_tools, dialogue.system
-    )
-    check_history_calls(dialogue, tools.names if tools is not None else tuple(pilot.tools.names()))
-    data = decode_data_url(image) if isinstance(image, str) else image
-    request = {
-        "image": _loaded(data, config.max_image_pixels, body.geopilot.bands),
-        "query": dialogue.query,
-        "history": dialogue.history or None,
-        "modality": body.geopilot.modality,
-    }
-    if system is not None:
-        request["system"] = system
-    if tools is not None:
-        request["client_tools"] = tools
-    return request
-
-
-def _loaded(image: bytes, max_pixels: int, bands: list[int] | None = None):
-    """The image checked (413 over `max_pixels`, from its header) and loaded with `bands` as RGB (400 when it is
-    not one, or the bands are not in it)."""
-    from geopilot.image import load_image
-
-    check_image(image, max_pixels)
-    try:
-        return load_image(image, max_pixels, bands=bands)
-    except ImageTooLargeError as err:
-        raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
-    except GeoPilotInputError as err:
-        raise ServeError(400, f"image_url: {err}", code="bad_image") from None
-
-
-def chat_request(
-    turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None, bands=None
-) -> dict[str, Any]:
-    """`(role, text, has_image)` turns ending with the user's question, and the image bytes -> the request dict
-    `GeoPilot.chat_batch` takes: the image checked (413 over `max_pixels`) and loaded, the earlier turns as
-    `history` (assistant turns as their answers). The FastChat worker uses it too."""
-    from geopilot.sample import IMAGE_PLACEHOLDER
-
-    if not turns or turns[-1][0] != "user":
-        raise ServeError(400, "the last message must be the user's question", code="bad_request")
-    if turns[-1][2] and len(turns) > 1:
-        raise ServeError(400, "the image must be in the first user message of a conversation", code="bad_request")
-    loaded = _loaded(image, max_pixels, bands)
-    history = []
-    for role, text, has_image in turns[:-1]:
-        if role == "user":
-            history.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n{text}" if has_image else text})
-        else:
-            history.append({"role": "assistant", "reasoning": "", "actions": [], "value": text})
-    return {"image": loaded, "query": turns[-1][1], "history": history or None, "modality": modality}
-
-
-def _options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOptions:
-    limit = _pick(body.max_completion_tokens, _pick(body.max_tokens, config.max_new_tokens))
-    sample = (body.temperature or 0.0) >= MIN_TEMPERATURE  # absent, 0 or tiny: greedy
-    return GenerationOptions(
-        max_new_tokens=min(limit, config.max_new_tokens),
-        min_new_tokens=min(_pick(body.min_tokens, 0), config.max_new_tokens),
-        do_sample=sample,
-        temperature=body.temperature if sample else 1.0,
-        top_p=_pick(body.top_p, 1.0) if sample else 1.0,
-        repetition_penalty=_pick(body.repetition_penalty, 1.0),
-        seed=body.seed,
-    )
 
 
 def _admit(batcher: Batcher) -> Slot:

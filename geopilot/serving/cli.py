@@ -38,6 +38,7 @@ SERVE_FLAGS = {
     "max_rounds": Flag("--max-rounds"),
     "max_new_tokens": Flag("--max-new-tokens"),
     "allow_unknown_tools": Flag("--allow-unknown-tools"),
+    "unconstrained_plans": Flag("--unconstrained-plans"),
     "prefix_cache_entries": Flag("--prefix-cache"),
     "prefix_cache_ttl_s": Flag("--prefix-cache-ttl"),
 }
@@ -93,6 +94,7 @@ def build_pilot(args: argparse.Namespace, config):
             tools_config=args.tools_config,
             tool_timeout_s=config.tool_timeout_s,
             max_pixels=config.max_image_pixels,
+            constrain_plans=not config.unconstrained_plans,
         )
     if not Path(args.model).is_dir():
         raise GeoPilotInputError(f"model directory not found: {args.model}")
@@ -112,6 +114,7 @@ def build_pilot(args: argparse.Namespace, config):
         tool_timeout_s=config.tool_timeout_s,
         max_pixels=config.max_image_pixels,
         prefix_cache=PrefixCache(entries, config.prefix_cache_ttl_s) if entries else None,
+        constrain_plans=not config.unconstrained_plans,
     )
 
 

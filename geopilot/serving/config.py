@@ -36,5 +36,8 @@ class ServeConfig(StrictConfig):
     allow_unknown_tools: bool = Field(
         False, description="accept client tools the model was not trained on (their schemas go into the system prompt)"
     )
+    unconstrained_plans: bool = Field(
+        False, description="decode think turns freely instead of in the plan grammar (an ablation; docs/serving.md)"
+    )
     prefix_cache_entries: int = Field(8, ge=0, description="think turns kept for client-run tools' answers (0: none)")
     prefix_cache_ttl_s: float = Field(120.0, gt=0, description="seconds a kept think turn waits for its client")

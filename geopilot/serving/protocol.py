@@ -386,11 +386,28 @@ def client_tools(
             raise ServeError(
                 400, f"tool_choice: {clipped(repr(choice))} is not in tools", code="bad_request", param="tool_choice"
             )
+    declared: list[tuple[str, str]] = []
     if unknown:
         schemas = [t.function.model_dump(exclude_none=True) for t in body.tools if t.function.name in unknown]
         system = f"{SYSTEM_PROMPT if system is None else system}\n{UNTRAINED_TOOLS} {dumps(schemas)}"
+        declared = _plan_schemas(body, unknown)
     parallel = body.parallel_tool_calls is not False
-    return ClientTools(names, unknown, choice, parallel), system
+    return ClientTools(names, unknown, choice, parallel, tuple(declared)), system
+
+
+def _plan_schemas(body: ChatCompletionRequest, unknown: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The untrained tools' `parameters` for the plan grammar, refused (400) when too big, too deep or recursive
+    before anything compiles them; a tool without `parameters` takes any object."""
+    from geopilot.agent.plan_schema import check_client_schema
+
+    declared = []
+    for tool in body.tools:
+        if tool.function.name in unknown and tool.function.parameters is not None:
+            try:
+                declared.append((tool.function.name, check_client_schema(tool.function.name, tool.function.parameters)))
+            except ValueError as err:
+                raise ServeError(400, f"tools: {err}", code="bad_request", param="tools") from None
+    return declared
 
 
 def tool_call_entries(plan: AssistantMessage) -> list[dict]:

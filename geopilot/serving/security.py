@@ -19,19 +19,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import io
 import ipaddress
 import json
 import re
 import socket
 import time
-import warnings
 from urllib.parse import urlsplit
 
-from PIL import Image, UnidentifiedImageError
-
 from geopilot.errors import GeoPilotInputError, ImageTooLargeError, clipped
-from geopilot.image import TIFF_MAGIC, check_size, rasterio_available
+from geopilot.image import TIFF_MAGIC, check_size, rasterio_available, read_size
 from geopilot.network import error_body, send_json
 
 MAX_ERROR_CHARS = 1000  # a refusal's whole message, however many problems it lists
@@ -146,17 +142,8 @@ def check_image(data: bytes, max_pixels: int) -> None:
     rule when it opens the header: a larger scene is read decimated, never whole."""
     if data[:4] in TIFF_MAGIC and rasterio_available():
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size rule below is the one that counts
-        try:
-            with Image.open(io.BytesIO(data)) as handle:
-                width, height = handle.size
-        except Image.DecompressionBombError as err:
-            raise ServeError(413, f"image_url: {err}", code="image_too_large") from None
-        except (UnidentifiedImageError, OSError, ValueError):
-            raise ServeError(400, "image_url: the data is not an image Pillow can read", code="bad_image") from None
     try:
-        check_size(width, height, max_pixels, "image_url")
+        check_size(*read_size(data, "image_url"), max_pixels, "image_url")
     except ImageTooLargeError as err:
         raise ServeError(413, str(err), code="image_too_large") from None
     except GeoPilotInputError as err:

@@ -42,8 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
 from geopilot.network import BrowserGate, loopback_host_names
-from geopilot.serving.api import MIN_TEMPERATURE, chat_request
 from geopilot.serving.batcher import Batcher, Busy, Job
+from geopilot.serving.chat_request import MIN_TEMPERATURE, chat_request
 from geopilot.serving.config import ServeConfig
 from geopilot.serving.security import BodyLimit, ServeError, decode_base64_image, parse_json
 from geopilot.serving.stops import cut

@@ -20,7 +20,7 @@ from geopilot.model import ModelConfig
 
 class DataConfig(StrictConfig):
     files: list[str] = Field(min_length=1)  # JSONL sample files; each sample's `modality` decides its stage
-    alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage 2: optical replay = round(alpha * |optical|)
+    replay_alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage 2: optical replay = round(alpha * |optical|)
     mixture_seed: int = 0  # which optical samples are replayed in stage 2
     max_length: int = Field(default=2048, ge=8)  # longer samples are skipped and counted, never cut
     on_bad_line: Literal["raise", "skip"] = "skip"  # a JSONL line that fails validation
@@ -129,6 +129,7 @@ class ExportConfig(StrictConfig):
 
 
 class TrainConfig(StrictConfig):
+    RENAMED = {"data.alpha": "data.replay_alpha"}  # `data.alpha` read beside `lora.alpha` as if one meaning
     stage: Literal[1, 2]
     output_dir: str
     model: ModelConfig = ModelConfig()
@@ -194,6 +195,11 @@ RESULT_NEUTRAL = (
     "optim.gradient_checkpointing",
     "engine.backend",
 )
+
+
+def current_settings(recorded: dict[str, object]) -> dict[str, object]:
+    """A run folder's recorded identity under today's setting names, so a run of the last release resumes."""
+    return {TrainConfig.RENAMED.get(key, key): value for key, value in recorded.items()}
 
 
 def result_settings(cfg: TrainConfig) -> dict[str, object]:

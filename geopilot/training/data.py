@@ -250,7 +250,7 @@ def build_training_data(
         else:
             keep.append(index)
     usable = rows.select(keep)
-    mixture = select_stage(usable["modality"], stage, cfg.alpha, cfg.mixture_seed)
+    mixture = select_stage(usable["modality"], stage, cfg.replay_alpha, cfg.mixture_seed)
     data = TrainingData(
         usable.select(mixture.indices).remove_columns("skip"),
         mixture,

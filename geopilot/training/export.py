@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from geopilot.training.engine import EXPORT_INFO, refuse_non_finite
+from geopilot.training.stage_setup import EXPORT_INFO, refuse_non_finite
 
 
 def git_revision(cwd: str | Path | None = None) -> str:

@@ -1,5 +1,6 @@
 """Validation during training: the loss on held-out samples (`data.eval_files`), overall and per source, modality
-and ability, and the planning scores of the current weights (geopilot.training.planning_eval).
+and ability, and the planning scores of the current weights (geopilot.eval.planning_probe, which the command
+hands to the recipe).
 
 A loss over a set of samples is token-weighted, as the training loss of one batch is: the sum of every target
 token's cross-entropy divided by the number of target tokens. The held-out batches are split across processes,

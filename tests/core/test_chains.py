@@ -13,9 +13,10 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from geopilot.generation import KVSession
 from geopilot.render import user_turn_text
 from geopilot.tokenizer import encode_text
+from geopilot.tool_chains import ChatCalls
 from geopilot.tool_output import Artifact, Detection, ToolOutput
-from geopilot.tool_protocol import ChatCalls, ToolRegistry
-from geopilot.tools.tasks import DetectObjectsParams, NoParams
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tools.task_tools import DetectObjectsParams, NoParams
 from geopilot.wire import format_tool_turn
 
 QUESTION = "Remove the clouds, then count the ships."

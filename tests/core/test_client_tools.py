@@ -5,16 +5,13 @@ that never comes back."""
 from __future__ import annotations
 
 import gc
-import json
 import weakref
 
 import numpy as np
 import pytest
-import torch
 from helpers.scripted import NoParams
 
 from geopilot.agent import ClientTools, GeoPilot, PrefixCache
-from geopilot.agent.plan_grammar import ConstrainedPlans, PlanConstraint, PlanState
 from geopilot.sample import Action, AssistantMessage
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
@@ -38,64 +35,6 @@ class WholeScene:
 
     def run(self, image, params):
         return OUTPUT
-
-
-@pytest.mark.parametrize(
-    ("constraint", "plan_ok", "answer_ok"),
-    [
-        (PlanConstraint(("detect_all", "ground")), True, True),  # auto
-        (PlanConstraint(("detect_all", "ground"), 0, 0), False, True),  # none
-        (PlanConstraint(("detect_all", "ground"), 1), True, False),  # required
-        (PlanConstraint(("detect_all",), 1), False, False),  # named detect_all: ground is not allowed
-        (PlanConstraint(("detect_all", "ground"), 0, 1), False, True),  # parallel_tool_calls false
-    ],
-)
-def test_the_grammar_accepts_exactly_what_tool_choice_allows(constraint, plan_ok, answer_ok):
-    for text, ok in ((" " + PLAN, plan_ok), (ANSWER, answer_ok)):
-        state = PlanState(constraint)
-        assert (state.feed_text(text) and state.done) == ok
-    assert not PlanState(constraint).feed_text('{"reasoning":"r","actions":[],"value":""}')  # an answer is text
-    assert not PlanState(constraint).feed_text('{"reasoning": "r"')  # compact, as the wire writes it
-
-
-def test_every_viable_prefix_closes_into_a_plan_that_parses():
-    constraint = PlanConstraint(("detect_all", "ground"), 1)
-    for text in (PLAN, ANSWER):
-        for end in range(len(text)):
-            state = PlanState(constraint)
-            if not state.feed_text(text[:end]):
-                continue
-            closed = text[:end] + state.completion()
-            check = PlanState(constraint)
-            assert check.feed_text(closed) and check.done, closed
-            assert len(json.loads(closed)["actions"]) >= 1
-
-
-def test_a_number_stays_a_number_that_can_close():
-    """The tiny model wrote `[97e297e2...`: a number's characters in an order no JSON number has (the plan then
-    could not close, and the turn ran out of tokens unparsable)."""
-    opened = '{"reasoning":"","actions":[{"tool":"ground","params":{"expression":['
-    for ok, bad in (("97e2", "97e2e"), ("-", "--"), ("1.5", "1.5."), ("0", "01"), ("", "²"), ("1.", "1.e")):
-        state = PlanState(PlanConstraint(("ground",), 1))
-        assert state.feed_text(opened + ok), ok
-        assert json.loads(opened + ok + state.completion())["actions"][0]["tool"] == "ground"
-        assert not PlanState(PlanConstraint(("ground",), 1)).feed_text(opened + bad), bad
-
-
-def test_byte_tokens_decode_to_what_the_grammar_read(tiny):
-    """The tiny model wrote `"value":"…<0xE2><0x22>}`: the grammar read a closed string, the decoder two U+FFFD
-    (an invalid byte run is one U+FFFD per byte), so the answer did not parse. A byte token joins only its kind."""
-    tok = tiny[1].tokenizer
-    high, byte_quote, quote = tok.convert_tokens_to_ids(["<0xE2>", "<0x22>", '"'])
-    assert tok.decode([high, byte_quote]) == "\ufffd\ufffd"
-    steering = ConstrainedPlans([PlanConstraint(("ground",), 1)], tok, 64)
-    steering(torch.tensor([[tok.bos_token_id]]), torch.zeros(1, len(tok)))  # the prompt
-    ids = [tok.bos_token_id, *tok('{"reasoning":"', add_special_tokens=False)["input_ids"], high]
-    scores = torch.zeros(1, len(tok))
-    scores[0, byte_quote], scores[0, quote] = 2.0, 1.0
-    ids.append(int(steering(torch.tensor([ids]), scores)[0].argmax()))
-    assert ids[-1] == quote  # not the byte quote: the reasoning string closes in the decoded text too
-    assert PlanState(PlanConstraint(("ground",), 1)).feed_text(tok.decode(ids[1:]))
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def load_model(path: Path):
 
 
 def load_data_gen(path: Path):
-    from geopilot.data_gen.generate import GenerateConfig
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     return load_config(GenerateConfig, path)
 
@@ -62,7 +62,7 @@ def load_tools(path: Path):
 def load_deepspeed(path: Path):
     """Through the training config that names it: `engine.deepspeed` -> resolve "auto" -> DeepSpeed's own config."""
     from geopilot.training.config import load_train_config
-    from geopilot.training.engine import deepspeed_settings
+    from geopilot.training.stage_setup import deepspeed_settings
 
     cfg = load_train_config(
         CONFIGS / "tiny/stage1.yaml", [f"engine.deepspeed={path}", "optim.mixed_precision=bf16", "output_dir=x"]

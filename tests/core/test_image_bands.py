@@ -55,13 +55,16 @@ def test_landsat_names_in_any_order(tmp_path):
 @pytest.mark.parametrize(
     "descriptions, tags, expected",
     [  # GDAL's SENTINEL2 driver (10 m subdataset: B4, B3, B2, B8), its BANDNAME tags, stack exporters, SAFE L2A stems
-        (["B4, central wavelength 665 nm", "B3, central wavelength 560 nm", "B2, central wavelength 490 nm", "B8"], {},
-         (1, 2, 3)),
+        (
+            ["B4, central wavelength 665 nm", "B3, central wavelength 560 nm", "B2, central wavelength 490 nm", "B8"],
+            {},
+            (1, 2, 3),
+        ),
         ([None, None, None, None], {1: {"BANDNAME": "B4"}, 2: {"BANDNAME": "B3"}, 3: {"BANDNAME": "B2"}}, (1, 2, 3)),
         (["S2_B8", "S2_B02", "S2_B03", "S2_B04"], {}, (4, 3, 2)),
         (["B08_10m", "B02_10m", "B03_10m", "B04_10m"], {}, (4, 3, 2)),
     ],
-)  # fmt: skip
+)
 def test_gdal_safe_and_exporter_spellings(tmp_path, descriptions, tags, expected):
     loaded = load_image(write_tif(tmp_path / "x.tif", distinct_bands(4), descriptions, tags=tags))
     assert loaded.bands.reason.startswith("band names") and loaded.bands.bands == expected

@@ -14,8 +14,21 @@ rasterio = pytest.importorskip("rasterio")
 from helpers.geo_fixtures import S2_NAMES, distinct_bands, write_tif  # noqa: E402
 from rasterio.transform import from_origin  # noqa: E402
 
-KEYS = ["width", "height", "count", "dtype", "bands", "bands_reason", "modality", "modality_source", "crs",
-        "bounds_wgs84", "gsd_m", "nodata", "decimation"]  # fmt: skip
+KEYS = [
+    "width",
+    "height",
+    "count",
+    "dtype",
+    "bands",
+    "bands_reason",
+    "modality",
+    "modality_source",
+    "crs",
+    "bounds_wgs84",
+    "gsd_m",
+    "nodata",
+    "decimation",
+]
 
 
 def info(capsys, *argv) -> dict:

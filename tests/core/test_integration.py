@@ -12,7 +12,7 @@ from PIL import Image
 from geopilot.agent import ChatResult, GeoPilot
 from geopilot.cli import main
 
-SHORT = ["--max-new-tokens", "8"]
+SHORT = ["--max-new-tokens", "24"]  # room for the shortest plan of the tiny vocabulary (19 tokens)
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +26,13 @@ def test_chat_with_a_random_model_handles_its_garbage(tiny_model_dir, scene):
     from geopilot.tool_protocol import ToolRegistry
 
     pilot = GeoPilot.from_pretrained(tiny_model_dir, tools=ToolRegistry([Detector()]), device="cpu")
-    result = pilot.chat(scene, "How many planes?", generation={"max_new_tokens": 8})
+    result = pilot.chat(scene, "How many planes?", generation={"max_new_tokens": 24})  # room for a plan (19)
     assert isinstance(result, ChatResult) and result.outcome in ("unparsable", "direct", "tools", "round_limit")
     assert result.turns and result.tokens.prompt > result.tokens.image == 16 and result.timings.think > 0
     assert ChatResult.model_validate_json(result.model_dump_json()).answer == result.answer
     results = pilot.chat_batch(
         [{"image": scene, "query": "Ships?"}, {"image": scene, "query": "Count the tanks please."}],
-        generation={"max_new_tokens": 6},
+        generation={"max_new_tokens": 24},
     )
     assert len(results) == 2 and all(isinstance(r, ChatResult) for r in results)
 
@@ -48,7 +48,7 @@ def test_cli_chat_prints_json_and_saves_a_visualisation(tiny_model_dir, scene, t
             scene,
             "How many planes?",
             "--json",
-            "--save-vis",
+            "--out",
             str(vis),
             "--device",
             "cpu",

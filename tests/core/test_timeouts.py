@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 from pydantic import BaseModel
 
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import CloudRemovalAdapter
 from geopilot.tools.spa_gan import SpaGan
-from geopilot.tools.tasks import TASKS_BY_NAME, NoParams, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, NoParams, TaskTool
 
 CALL = Action(tool="remove_clouds", params={})
 

@@ -1,4 +1,4 @@
-"""--save-vis drawing: boxes, polygons, masks (COCO RLE) and road graphs change the pixels where they are."""
+"""`geopilot chat --out` drawing: boxes, polygons, masks (COCO RLE) and road graphs change the pixels where they are."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from geopilot.tool_output import Detection, SegmentClass
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions, SegmenterAdapter, SegmenterOptions
 from geopilot.tools.annotations import AnnotationBackend
 from geopilot.tools.registry import backend_options, load_tools_config
-from geopilot.tools.tasks import TASKS_BY_NAME
+from geopilot.tools.task_tools import TASKS_BY_NAME
 from geopilot.vocabulary import (
     canonical_class,
     dataset_classes,

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.errors import ConfigError
 from geopilot.render import IGNORE_INDEX, render_sample
 from geopilot.sample import load_samples

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from geopilot.cli import main as cli_main
 from geopilot.config import load_config
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.errors import ConfigError
 from geopilot.render import render_sample
 from geopilot.sample import load_samples

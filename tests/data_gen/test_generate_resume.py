@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.loopback_server import LoopbackLLM
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.errors import ConfigError
 
 SOURCES = ["DOTA", "SARDet-100K", "SARLANG-1M", "OpenEarthMap"]

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from geopilot.cli import main as cli_main
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.merge import MergeError, merge_shards
 from geopilot.data_gen.shards import RunLock, Shard, parse_shard
-from geopilot.data_gen.synth import write_synthetic
+from geopilot.data_gen.synthetic.datasets import write_synthetic
 from geopilot.errors import ConfigError, GeoPilotInputError
 
 JOURNAL_COUNTERS = ("journal_torn_lines_repaired", "journal_corrupt_lines_skipped")
@@ -50,7 +51,8 @@ def killed_halfway(config_path: Path, out: Path, shard: str) -> int:
         f"""
         import os, signal
         from geopilot.config import load_config
-        from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+        from geopilot.data_gen.generate import generate_dataset
+        from geopilot.data_gen.generate_config import GenerateConfig
         from geopilot.data_gen.shards import parse_shard
         from geopilot.data_gen.templates import TemplateClient
         TemplateClient.concurrency = 1  # one job in flight: the kill lands with half the journal written

@@ -16,7 +16,7 @@ from PIL import Image
 
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.readers.geochat import BOX, box_repairs, decode_box, read_geochat
-from geopilot.eval.task_metrics.geometry import convex_polygon, signed_area
+from geopilot.polygons import convex_polygon, signed_area
 
 
 def geochat_corners(x1: int, y1: int, x2: int, y2: int, degrees: int, width: int, height: int):
@@ -89,8 +89,8 @@ def test_data_check_shows_the_repairs(tmp_path, capsys):
     root = _root(tmp_path, "<p>planes</p> {<51><-1><53><3>|<74>}<delim>{<60><60><70><70>|<0>}")
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"sources": [{"reader": "geochat_instruct", "root": str(root)}]}))
-    assert cli_main(["data", "check", "--config", str(config), "--json"]) == 0
+    assert cli_main(["generate", "check", "--config", str(config), "--json"]) == 0
     (source,) = json.loads(capsys.readouterr().out)["sources"]
     assert source["repaired"] == {"box_off_grid": 1, "polygon_clipped_to_image": 1} and source["objects"] == 2
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     assert "repaired and kept: box_off_grid 1, polygon_clipped_to_image 1" in capsys.readouterr().out

@@ -16,7 +16,8 @@ import pytest
 from helpers.traces import all_records, fake_readers
 
 from geopilot.cli import main as cli_main
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.llm import (
     EndpointRejected,
     EndpointUnavailable,

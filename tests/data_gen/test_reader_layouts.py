@@ -125,11 +125,11 @@ def write_official(root: Path, version: str) -> Path:
 
 
 def check_dota(tmp_path: Path, root: Path, capsys, **options) -> tuple[int, str, str]:
-    """`geopilot data check` on one DOTA source: (exit code, stdout, stderr)."""
+    """`geopilot generate check` on one DOTA source: (exit code, stdout, stderr)."""
     config = tmp_path / "check.yaml"
     source = {"reader": "dota", "root": str(root), **({"options": options} if options else {})}
     config.write_text(yaml.safe_dump({"sources": [source], "abilities": ["object_detection"]}))
-    code = cli_main(["data", "check", "--config", str(config), "--json"])
+    code = cli_main(["generate", "check", "--config", str(config), "--json"])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -150,7 +150,7 @@ def test_data_check_reads_every_object_of_an_official_root_without_options(tmp_p
     assert source["layout"] == f"{folder}/*.txt (oriented boxes)"
     assert (source["records"], source["objects"], source["skipped"]) == (2, 7, {})  # every object line of both files
     config = tmp_path / "check.yaml"
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     assert f"detected: DOTA v{version} (from the folder labelTxt-v{version}/)" in capsys.readouterr().out
 
 

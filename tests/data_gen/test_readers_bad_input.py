@@ -80,7 +80,8 @@ def test_reader_messages_name_the_file(tmp_path):
 def test_a_class_name_in_no_vocabulary_is_kept_verbatim_and_counted_in_the_report(tmp_path):
     from PIL import Image
 
-    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+    from geopilot.data_gen.generate import generate_dataset
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     (tmp_path / "DOTA/train/images").mkdir(parents=True)
     Image.new("RGB", (100, 100)).save(tmp_path / "DOTA/train/images/P0001.png")

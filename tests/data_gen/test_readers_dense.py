@@ -17,7 +17,7 @@ from geopilot.data_gen.readers import DatasetRootError
 from geopilot.data_gen.readers.openearthmap import read_openearthmap
 from geopilot.data_gen.readers.rice import SPAGAN_RICE1_TEST, read_rice, rice_split
 from geopilot.data_gen.readers.risbench import read_risbench
-from geopilot.data_gen.synth import write_geotiff
+from geopilot.data_gen.synthetic.datasets import write_geotiff
 
 
 def png(path: Path, array: np.ndarray) -> Path:

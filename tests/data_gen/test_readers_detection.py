@@ -265,7 +265,7 @@ def test_fair1m_out_of_order_corners_are_kept_and_empty_or_pointless_objects_cou
         tmp_path / "check.yaml",
         f"sources: [{{reader: fair1m, root: {tmp_path / 'FAIR1M'}, max_skip_fraction: 0.9}}]\n",
     )
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     text = capsys.readouterr().out
     assert "skipped (57.1%, limit 90%): bad_polygon 2, empty_file 2" in text
     assert "       empty_file 2: e.g. 4.xml: 0 bytes" in text
@@ -273,7 +273,8 @@ def test_fair1m_out_of_order_corners_are_kept_and_empty_or_pointless_objects_cou
 
 
 def test_fair1m_repairs_reach_the_generation_report(tmp_path):
-    from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+    from geopilot.data_gen.generate import generate_dataset
+    from geopilot.data_gen.generate_config import GenerateConfig
 
     z_order = points("100.0,100.0", "140.0,100.0", "100.0,120.0", "140.0,120.0", "100.0,100.0")
     ring = points("539.0,461.0", "553.0,460.0", "554.0,468.0", "540.0,469.0", "539.0,461.0")

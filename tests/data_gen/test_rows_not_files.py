@@ -11,7 +11,8 @@ import yaml
 from PIL import Image
 
 from geopilot.cli import main as cli_main
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.readers.sarlang import read_sarlang
 
 DEEP = "[" * 100_000 + "]" * 100_000

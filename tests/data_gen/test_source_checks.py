@@ -1,5 +1,5 @@
 """Nothing silent (issue 31 items 3 and 4): a source that yields nothing, or mostly skips, fails `generate` and
-`geopilot data check` alike with exit 2 and one line naming the layouts looked for and what is under the root."""
+`geopilot generate check` alike with exit 2 and one line naming the layouts looked for and what is under the root."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from PIL import Image
 
 from geopilot.cli import main as cli_main
 from geopilot.data_gen.check import check_sources
-from geopilot.data_gen.generate import GenerateConfig, generate_dataset
+from geopilot.data_gen.generate import generate_dataset
+from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.sources import SourceError
 from geopilot.records import ReadReport
 
@@ -38,10 +39,10 @@ def config_file(tmp_path: Path, root: Path, **extra) -> Path:
 
 
 def run_both(tmp_path: Path, config: Path, capsys) -> tuple[str, str]:
-    """(generate's stderr line, data check's stderr line), both having exited 2."""
+    """(generate's stderr line, generate check's stderr line), both having exited 2."""
     assert cli_main(["generate", "--config", str(config), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     generate_err = capsys.readouterr().err.strip()
-    assert cli_main(["data", "check", "--config", str(config)]) == 2
+    assert cli_main(["generate", "check", "--config", str(config)]) == 2
     check_err = capsys.readouterr().err.strip()
     assert "\n" not in generate_err and "\n" not in check_err
     assert not (tmp_path / "out").exists()  # nothing written for a run that cannot start
@@ -90,7 +91,7 @@ def test_data_check_reports_layout_counts_skips_and_samples(tmp_path, capsys):
         "gsd:0.3\n" + GOOD_LINE + "5 5 9 5 9 9 5 9 ../../etc/passwd 0\n"
     )
     config = config_file(tmp_path, root, abilities=["panoptic_detection", "object_detection"])
-    assert cli_main(["data", "check", "--config", str(config), "--json"]) == 0
+    assert cli_main(["generate", "check", "--config", str(config), "--json"]) == 0
     check = json.loads(capsys.readouterr().out)
     (source,) = check["sources"]
     assert source["ok"] and source["split"] == "train"
@@ -99,7 +100,7 @@ def test_data_check_reports_layout_counts_skips_and_samples(tmp_path, capsys):
     assert source["skipped"] == {"unsafe_class_name": 1} and "passwd" in source["skip_examples"]["unsafe_class_name"][0]
     assert source["image_size"] == {"min": [100, 100], "max": [100, 100]}
     assert source["samples"] == {"panoptic_detection": 3, "object_detection": 3} and check["jobs"] == 6
-    assert cli_main(["data", "check", "--config", str(config)]) == 0
+    assert cli_main(["generate", "check", "--config", str(config)]) == 0
     text = capsys.readouterr().out
     assert "ok   dota split train" in text and "samples: panoptic_detection 3, object_detection 3" in text
 

@@ -14,8 +14,8 @@ from PIL import Image
 
 from geopilot.cli import main
 from geopilot.data_gen.readers import READERS
-from geopilot.data_gen.synth import MANIFEST, write_synthetic
-from geopilot.data_gen.synth_scenes import SIZE
+from geopilot.data_gen.synthetic.datasets import MANIFEST, write_synthetic
+from geopilot.data_gen.synthetic.scenes import SIZE
 from geopilot.image import load_image
 from geopilot.vocabulary import dataset_classes, default_vocabulary
 
@@ -205,7 +205,7 @@ def test_cli_writes_the_default_set_and_reports_bad_input(tmp_path, capsys):
 
 
 def test_optical_scenes_hold_every_dota_class_and_describe_referents_several_ways():
-    from geopilot.data_gen.synth_scenes import OPTICAL_SHAPES, optical_scene
+    from geopilot.data_gen.synthetic.scenes import OPTICAL_SHAPES, optical_scene
 
     scenes = [optical_scene(np.random.default_rng([0, 0, i])) for i in range(40)]
     seen = Counter(o.label for scene in scenes for o in scene.objects)

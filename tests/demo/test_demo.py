@@ -153,7 +153,7 @@ def test_the_stage_configs_are_valid_train_configs(tmp_path):
     one = TrainConfig.model_validate(pipeline.train_config(layout, settings, 1))
     two = TrainConfig.model_validate(pipeline.train_config(layout, settings, 2))
     assert one.freeze.vision_tower is False and one.model.tokenizer_path == str(layout.tokenizer)
-    assert two.data.alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
+    assert two.data.replay_alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
 
 
 def test_the_qwen_stage_configs_build_a_tiny_qwen2_5_vl_then_read_its_export(tmp_path):

@@ -134,7 +134,11 @@ def small(argv: list[str], fixtures: dict[str, Path]) -> list[str]:
     if argv[:2] == ["geopilot", "demo"]:
         return [*argv, "--quick"]  # the default preset takes 10 minutes; tests/demo runs --quick too
     if argv[:2] == ["geopilot", "chat"]:
-        return [*argv, "--max-new-tokens", "16"]
+        return [
+            *argv,
+            "--max-new-tokens",
+            "24",
+        ]  # room for the shortest plan the grammar allows (16 on the quick model)
     if argv[:2] == ["geopilot", "ablate-alpha"]:
         config = argv.index("--config") + 1  # the paper's settings need 8 GPUs, a real stage 1 and both benchmarks
         assert argv[config] == "configs/ablate_alpha.yaml", argv

@@ -11,7 +11,7 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.eval.loaders.referring import decode_boxes, image_size, load_referring, prompt_for
 from geopilot.eval.loaders.rsvqa import load_rsvqa
 from geopilot.eval.loaders.sarlang import infer_type, load_sar_captions, load_sar_vqa
-from geopilot.eval.task_metrics.geometry import polygon_iou
+from geopilot.polygons import polygon_iou
 
 
 def test_rsvqa_lr_joins_answers_by_question_id_and_skips_inactive(tmp_path):

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from geopilot.eval.task_metrics.geometry import DegeneratePolygonError, convex_polygon, is_simple, polygon_iou
 from geopilot.eval.task_metrics.grounding import acc_at_iou, sample_correct
 from geopilot.eval.task_metrics.segmentation import ConfusionMatrix, MaskShapeError, referring_mask_scores
 from geopilot.eval.task_metrics.vqa import accuracy, exact_match, normalize_answer, sarlang_match
+from geopilot.polygons import DegeneratePolygonError, convex_polygon, is_simple, polygon_iou
 
 SQUARE = [(0, 0), (2, 0), (2, 2), (0, 2)]
 

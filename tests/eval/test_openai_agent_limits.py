@@ -1,4 +1,4 @@
-"""`geopilot eval --agent openai`: `--timeout-s` bounds the whole request (a server dripping a byte at a time never
+"""`geopilot eval --agent openai`: `--request-timeout` bounds the whole request (a server dripping a byte at a time never
 trips a per-read timeout) and a reply over the size cap is refused before it is read whole."""
 
 from __future__ import annotations

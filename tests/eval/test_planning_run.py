@@ -283,7 +283,7 @@ def test_endpoint_faults_are_classified_not_crashes(tmp_path):
     path = tmp_path / "faults.jsonl"
     path.write_text("".join(json.dumps({"id": q.split()[0], "query": q, **base}) + "\n" for q in queries))
     with ScriptedAgent({q: m for q, m in queries.items() if m}) as server:
-        code = main(openai_planning_args(server.url, path, tmp_path / "run", "7", "--timeout-s", "0.5"))
+        code = main(openai_planning_args(server.url, path, tmp_path / "run", "7", "--request-timeout", "0.5"))
     assert code == 0
     rows = {r["case_id"]: r for r in read_results(tmp_path / "run")}
     assert rows["FAIL500"]["score"]["category"] == "infra_error" and "HTTP 500" in rows["FAIL500"]["run"]["infra_error"]

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from geopilot.cli import main
+from geopilot.eval.benchmark_tasks import score_referring
 from geopilot.eval.loaders.referring import decode_boxes, load_referring
-from geopilot.eval.task_metrics.geometry import polygon_iou
 from geopilot.eval.task_metrics.grounding import acc_at_iou
-from geopilot.eval.tasks import score_referring
+from geopilot.polygons import polygon_iou
 
 
 def _box(x1: float, y1: float, x2: float, y2: float) -> list[list[float]]:
@@ -29,8 +29,10 @@ def _box(x1: float, y1: float, x2: float, y2: float) -> list[list[float]]:
 def _turned(cx: float, cy: float, w: float, h: float, degrees: float) -> list[list[float]]:
     a = math.radians(degrees)
     corners = ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))
-    return [[round(cx + dx * math.cos(a) - dy * math.sin(a), 1), round(cy + dx * math.sin(a) + dy * math.cos(a), 1)]
-            for dx, dy in corners]  # fmt: skip
+    return [
+        [round(cx + dx * math.cos(a) - dy * math.sin(a), 1), round(cy + dx * math.sin(a) + dy * math.cos(a), 1)]
+        for dx, dy in corners
+    ]
 
 
 def _row(qid, image_id, answer, truth, kind, size, dataset="DIOR") -> dict:

@@ -11,7 +11,8 @@ import pytest
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.cases import load_cases
 from geopilot.eval.planning_set import PLANNING_FILE
-from geopilot.eval.runner import RESULTS, RUN_RECORD, run_benchmark
+from geopilot.eval.results_log import RESULTS
+from geopilot.eval.runner import RUN_RECORD, run_benchmark
 from geopilot.eval.scorer import AgentRun
 
 

@@ -21,7 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 def test_ablate_alpha_tiny_writes_table_and_plot(tmp_path, capsys):
     data = tmp_path / "data"
     subprocess.run(
-        [sys.executable, "-m", "geopilot.training.demo_data", "--out", str(data), "--optical", "8", "--sar", "8"],
+        [
+            sys.executable,
+            "-m",
+            "geopilot.data_gen.synthetic.samples",
+            "--out",
+            str(data),
+            "--optical",
+            "8",
+            "--sar",
+            "8",
+        ],
         check=True,
     )
     common = [

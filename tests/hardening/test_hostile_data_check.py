@@ -1,4 +1,4 @@
-"""`geopilot data check` under hostile input (issue 37): label files that are sparse 2 GB files, FIFOs or
+"""`geopilot generate check` under hostile input (issue 37): label files that are sparse 2 GB files, FIFOs or
 directories, and configs that are FIFOs, devices or nested too deep: exit 2, one line on stderr, no traceback,
 bounded time and memory (a fresh process, measured). A label file is never read past its kind's limit."""
 
@@ -43,7 +43,7 @@ def sparse(size: int):
 
 
 def check(tmp_path, config):
-    return run_cli(["data", "check", "--config", config], tmp_path)
+    return run_cli(["generate", "check", "--config", config], tmp_path)
 
 
 @pytest.mark.parametrize(

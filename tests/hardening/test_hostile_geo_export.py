@@ -42,7 +42,7 @@ def scene(tmp_path):
 
 
 def export(tmp_path, image, output, out, *extra):
-    return run_cli(["geo", "export", "--image", image, "--output", output, "--out", out, *extra], tmp_path)
+    return run_cli(["geo", "export", "--image", image, "--tool-output", output, "--out", out, *extra], tmp_path)
 
 
 def saved(tmp_path, data, name="output.json") -> str:

@@ -24,7 +24,7 @@ FOREIGN = ("evil.example", "evil.example:{port}", "127.0.0.1.evil.example:{port}
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory) -> str:
-    from geopilot.tools.indicators.synth_region import synth_region
+    from geopilot.data_gen.synthetic.region import synth_region
 
     out = tmp_path_factory.mktemp("region")
     synth_region(out)

@@ -8,7 +8,7 @@ import os
 import pytest
 from helpers.hostile import run_cli
 
-from geopilot.training import recipe
+from geopilot.commands import train as command
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ def test_configs_that_are_not_small_yaml_files(tmp_path, config, message):
     elif config == "deep":
         path.write_text("optim: " + "{a: " * 30_000 + "1" + "}" * 30_000)
     given = config if config == "/dev/zero" else path
-    assert message in run_cli(["--config", given], tmp_path, module="geopilot.training.recipe").refused()
+    assert message in run_cli(["--config", given], tmp_path, module="geopilot.commands.train").refused()
 
 
 def test_a_folder_another_user_owns_is_one_line(monkeypatch, capsys):
@@ -31,8 +31,8 @@ def test_a_folder_another_user_owns_is_one_line(monkeypatch, capsys):
     def train(cfg, on_step=None):
         raise PermissionError(13, "Permission denied", "/shared/runs/stage1/wandb")
 
-    monkeypatch.setattr(recipe, "train", train)
-    monkeypatch.setattr(recipe, "load_train_config", lambda path, overrides: None)
-    assert recipe.main(["--config", "stage1.yaml"]) == 2
+    monkeypatch.setattr(command, "train", train)
+    monkeypatch.setattr(command, "load_train_config", lambda path, overrides: None)
+    assert command.main(["--config", "stage1.yaml"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "no permission to use '/shared/runs/stage1/wandb' (Permission denied)" in line and "output_dir" in line

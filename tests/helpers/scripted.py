@@ -213,6 +213,6 @@ class KeywordSession:
 def openai_planning_args(url: str, cases: Path | None, out: Path, seeds: str = "42,1337", *extra: str) -> list[str]:
     """`geopilot eval planning` against a scripted OpenAI-compatible server at `url` (model "scripted", one retry);
     `cases` None: the frozen planning set."""
-    args = ["eval", "planning", "--agent", "openai", "--base-url", url, "--model", "scripted"]
+    args = ["eval", "planning", "--agent", "openai", "--engine-url", url, "--model", "scripted"]
     args += ["--seeds", seeds, "--out", str(out), "--retries", "1"]
     return args + (["--cases", str(cases)] if cases is not None else []) + list(extra)

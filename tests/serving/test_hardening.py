@@ -151,9 +151,9 @@ def test_temperature_1e_300_is_greedy_not_a_500(tiny):
     from geopilot.tool_protocol import ToolRegistry
 
     pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([]))
-    app = create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, max_new_tokens=8))
-    with serving(app) as url:
-        body = {"model": MODEL, "messages": image_message("what is this?"), "max_tokens": 8}
+    app = create_app(pilot, ServeConfig(model_name=MODEL, api_key=KEY, max_new_tokens=24))
+    with serving(app) as url:  # 24: room for the shortest plan (18 tokens of the tiny vocabulary)
+        body = {"model": MODEL, "messages": image_message("what is this?"), "max_tokens": 24}
         tiny_t = _post(url, {**body, "temperature": 1e-300})
         greedy = _post(url, {**body, "temperature": 0})
     assert tiny_t.status_code == 200, tiny_t.text

@@ -19,7 +19,7 @@ from geopilot.records import (
 from geopilot.sample import Action
 from geopilot.tools.annotations import AnnotationBackend
 from geopilot.tools.registry import build_registry
-from geopilot.tools.tasks import TASKS
+from geopilot.tools.task_tools import TASKS
 
 W, H = 40, 20
 
@@ -137,7 +137,7 @@ def test_registry_built_on_annotations_serves_all_ten_tools(record, tmp_path):
 def test_a_chain_reads_the_cloud_free_original_and_places_objects_in_classes(record, tmp_path):
     """remove_clouds on a cloudy scene gives its clean original; a detection on `result:1` reads that image; a
     segmentation with `objects: result:2` counts the detections inside / outside each class region."""
-    from geopilot.tool_protocol import ChatCalls
+    from geopilot.tool_chains import ChatCalls
 
     Image.new("RGB", (W, H)).save(tmp_path / "scene.png")
     registry = build_registry(annotations=record, annotations_root=tmp_path)

@@ -12,7 +12,7 @@ from geopilot.image import load_image
 from geopilot.sample import Action
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions, SegmenterAdapter
-from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
 
 
 def _image():

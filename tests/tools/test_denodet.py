@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.adapters import DetectorAdapter, SarDetectorOptions
 from geopilot.tools.denodet import (
@@ -20,7 +20,7 @@ from geopilot.tools.denodet import (
     mmdet_label_order,
     sardet_classes,
 )
-from geopilot.tools.tasks import SarDetectAllParams
+from geopilot.tools.task_tools import SarDetectAllParams
 from geopilot.tools.tiling import tile_windows
 from geopilot.vocabulary import canonical_class
 

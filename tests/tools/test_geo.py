@@ -17,7 +17,7 @@ from geopilot.tools.canonical import encode_mask, segment_class
 from geopilot.tools.geo import pixel_features, rfc7946_problems, to_geojson
 from geopilot.tools.geo_files import GeoExportError, export
 from geopilot.tools.registry import build_registry
-from geopilot.tools.tasks import TASKS_BY_NAME, DetectObjectsParams, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, DetectObjectsParams, TaskTool
 from geopilot.wire import format_tool_turn
 
 rasterio = pytest.importorskip("rasterio")
@@ -99,9 +99,11 @@ def test_output_follows_rfc7946(scene):
     broken = {
         "type": "FeatureCollection",
         "crs": {"type": "name", "properties": {"name": UTM}},
-        "features": [{"type": "Feature", "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [0, 1], [1, 1], [0, 0]]]}},
-                     {"type": "Feature", "geometry": {"type": "LineString", "coordinates": [[37.9, 15.0], [4e5, 4e6]]}}],
-    }  # fmt: skip
+        "features": [
+            {"type": "Feature", "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [0, 1], [1, 1], [0, 0]]]}},
+            {"type": "Feature", "geometry": {"type": "LineString", "coordinates": [[37.9, 15.0], [4e5, 4e6]]}},
+        ],
+    }
     problems = rfc7946_problems(broken)
     assert any("crs" in p for p in problems) and any("counter-clockwise" in p for p in problems)
     assert any("not [longitude, latitude]" in p for p in problems)
@@ -110,8 +112,17 @@ def test_output_follows_rfc7946(scene):
 def test_a_geometry_across_the_antimeridian_is_cut(tmp_path):
     # UTM 60N: 180 E lies ~334 km east of the central meridian (177 E) at the equator, i.e. at easting ~834 km
     path = tmp_path / "fiji.tif"
-    with rasterio.open(path, "w", driver="GTiff", width=100, height=100, count=1, dtype="uint8", crs="EPSG:32660",
-                       transform=from_origin(829_000, 20_000, 100, 100)) as dst:  # fmt: skip
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=100,
+        height=100,
+        count=1,
+        dtype="uint8",
+        crs="EPSG:32660",
+        transform=from_origin(829_000, 20_000, 100, 100),
+    ) as dst:
         dst.write(np.zeros((1, 100, 100), np.uint8))
     image = load_image(path)
     output = ToolOutput(detections=[Detection(label="island", box=(0.1, 0.1, 0.9, 0.9))])
@@ -129,8 +140,9 @@ def test_roads_become_wgs84_linestrings_with_node_ids(scene):
     first, second = collection["features"]
     assert first["geometry"]["type"] == "LineString" and second["properties"]["from_node"] == 1
     assert second["properties"]["to_node"] == 2 and rfc7946_problems(collection) == []
-    assert_same_points([*first["geometry"]["coordinates"], first["geometry"]["coordinates"][0]],
-                       rasterio_lonlat([0, 350], [250, 250]))  # fmt: skip
+    assert_same_points(
+        [*first["geometry"]["coordinates"], first["geometry"]["coordinates"][0]], rasterio_lonlat([0, 350], [250, 250])
+    )
 
 
 def test_geopackage_opens_with_pyogrio_in_the_native_crs(scene, tmp_path):
@@ -181,8 +193,11 @@ def test_a_zero_pixel_mask_gives_no_feature_and_is_counted(scene, tmp_path):
     image = load_image(scene)
     empty = encode_mask(np.zeros((H, W), dtype=bool))
     output = ToolOutput(
-        detections=[Detection(label="a", box=(0.1, 0.1, 0.2, 0.2), mask=empty), Detection(label="b", box=(0.3, 0.3, 0.4, 0.4))]
-    )  # fmt: skip
+        detections=[
+            Detection(label="a", box=(0.1, 0.1, 0.2, 0.2), mask=empty),
+            Detection(label="b", box=(0.3, 0.3, 0.4, 0.4)),
+        ]
+    )
     found = pixel_features(output, image.georef, "t")
     assert found.empty_masks == 1 and [f.properties["label"] for f in found.features] == ["b"]
     written = export(output, image.georef, "t", tmp_path / "o.geojson")
@@ -214,8 +229,17 @@ def test_a_crs_that_cannot_be_reprojected_keeps_the_geopackage(tmp_path):
         'PRIMEM["Greenwich",0],UNIT["Decimal_Degree",0.0174532925199433]]'
     )
     path = tmp_path / "mars.tif"
-    with rasterio.open(path, "w", driver="GTiff", width=50, height=40, count=1, dtype="uint8",
-                       crs=rasterio.crs.CRS.from_wkt(mars), transform=from_origin(10, 10, 0.01, 0.01)) as dst:  # fmt: skip
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=50,
+        height=40,
+        count=1,
+        dtype="uint8",
+        crs=rasterio.crs.CRS.from_wkt(mars),
+        transform=from_origin(10, 10, 0.01, 0.01),
+    ) as dst:
         dst.write(np.full((1, 40, 50), 7, np.uint8))
     image = load_image(path)
     (note,) = image.notes

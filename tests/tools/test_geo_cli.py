@@ -14,7 +14,7 @@ from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
 from geopilot.tools.canonical import segment_class
 from geopilot.tools.geo import rfc7946_problems
-from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
 
 rasterio = pytest.importorskip("rasterio")
 pyogrio = pytest.importorskip("pyogrio")
@@ -55,7 +55,7 @@ def test_tools_run_out_writes_geojson_and_geopackage_beside_output_json(tmp_path
     assert "geo: " in capsys.readouterr().out
 
     exported = tmp_path / "again.geojson"
-    args = ["geo", "export", "--image", str(scene), "--output", str(out / "output.json"), "--out", str(exported)]
+    args = ["geo", "export", "--image", str(scene), "--tool-output", str(out / "output.json"), "--out", str(exported)]
     assert main(args) == 0 and json.loads(exported.read_text()) == collection
 
 
@@ -79,7 +79,7 @@ def test_geo_export_bad_input_is_one_line_exit_2(tmp_path, suffix, message, caps
     scene = write_scene(tmp_path / "scene.tif")
     saved = tmp_path / "output.json"
     saved.write_text(json.dumps({"tool": "detect_objects", "output": ToolOutput().model_dump(mode="json")}))
-    args = ["geo", "export", "--image", str(scene), "--output", str(saved), "--out", str(tmp_path / f"x{suffix}")]
+    args = ["geo", "export", "--image", str(scene), "--tool-output", str(saved), "--out", str(tmp_path / f"x{suffix}")]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
@@ -89,7 +89,7 @@ def test_geo_export_of_an_image_without_crs_says_pixel_outputs_only(tmp_path, ca
     scene = write_scene(tmp_path / "scene.tif", crs=None)
     saved = tmp_path / "output.json"
     saved.write_text(ToolOutput().model_dump_json())
-    args = ["geo", "export", "--image", str(scene), "--output", str(saved), "--out", str(tmp_path / "x.geojson")]
+    args = ["geo", "export", "--image", str(scene), "--tool-output", str(saved), "--out", str(tmp_path / "x.geojson")]
     assert main(args) == 2 and "pixel coordinates only" in capsys.readouterr().err
     saved.write_text("{not json")
     assert main(args) == 2 and "cannot be read as JSON" in capsys.readouterr().err

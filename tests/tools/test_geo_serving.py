@@ -13,11 +13,12 @@ rasterio = pytest.importorskip("rasterio")
 from helpers.geo_fixtures import BrightSpotDetector, distinct_bands, write_scene, write_tif  # noqa: E402
 
 from geopilot.agent.results import ChatResult, ToolCallRecord  # noqa: E402
-from geopilot.serving.api import ChatCompletionRequest, _extension, chat_request  # noqa: E402
+from geopilot.serving.api import ChatCompletionRequest, _extension  # noqa: E402
+from geopilot.serving.chat_request import chat_request  # noqa: E402
 from geopilot.serving.security import ServeError  # noqa: E402
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions  # noqa: E402
 from geopilot.tools.geo import rfc7946_problems  # noqa: E402
-from geopilot.tools.tasks import TASKS_BY_NAME, DetectObjectsParams, TaskTool  # noqa: E402
+from geopilot.tools.task_tools import TASKS_BY_NAME, DetectObjectsParams, TaskTool  # noqa: E402
 
 QUESTION = [("user", "How many ships?", True)]
 

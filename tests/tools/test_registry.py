@@ -12,7 +12,7 @@ from geopilot.sample import Action
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import Tool, ToolRegistry
 from geopilot.tools.registry import BACKENDS, ToolsConfig, build_registry, load_tools_config
-from geopilot.tools.tasks import TASKS, TASKS_BY_NAME, LazyBackend, LazyModel, TaskTool
+from geopilot.tools.task_tools import TASKS, TASKS_BY_NAME, LazyBackend, LazyModel, TaskTool
 
 DESIGN_TABLE = {  # docs/design.md §4: tool -> (backend, modality, required params)
     "detect_objects": ("lae_dino", "optical", ["categories"]),

@@ -11,11 +11,11 @@ from PIL import Image
 
 from geopilot.cli import main
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import ToolOutput
 from geopilot.tools.adapters import MaskSegmenterAdapter
 from geopilot.tools.remotesam import RemoteSam, connected_components, instances, remove_inner, union_box
-from geopilot.tools.tasks import TASKS_BY_NAME
+from geopilot.tools.task_tools import TASKS_BY_NAME
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,12 @@ from transformers import (
     SegformerImageProcessorPil,
 )
 
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tools.adapters import MaskSegmenterAdapter
 from geopilot.tools.remotesam import RemoteSam, instances, refined_components
 from geopilot.tools.remotesam_epoc import EPOC_DIR, EpocContours, refine
 from geopilot.tools.remotesam_keymap import upstream_key_to_ours
-from geopilot.tools.tasks import TASKS_BY_NAME
+from geopilot.tools.task_tools import TASKS_BY_NAME
 
 
 def _tiny_directsam(folder, seed: int = 0) -> None:

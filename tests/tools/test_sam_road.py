@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from geopilot.errors import GeoPilotInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.tool_output import RoadGraph, ToolOutput, llm_view
 from geopilot.tools.adapters import RoadExtractorAdapter
 from geopilot.tools.sam_road import SamRoad
@@ -23,7 +23,7 @@ from geopilot.tools.sam_road_graph import (
     score_edges,
     to_road_graph,
 )
-from geopilot.tools.tasks import TASKS_BY_NAME, NoParams, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, NoParams, TaskTool
 
 SIZE = 160
 CENTRE = (80, 80)

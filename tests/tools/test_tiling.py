@@ -11,7 +11,7 @@ from geopilot.sample import Action
 from geopilot.tool_output import Detection
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import DetectorAdapter, DetectorOptions
-from geopilot.tools.tasks import TASKS_BY_NAME, TaskTool
+from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
 from geopilot.tools.tiling import detect_windows, tile_windows
 
 TILE, OVERLAP, SCENE = 128, 48, 512  # tiles start at 0, 80, 160, 240, 320, 384 on each axis

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from geopilot.training.demo_data import write_demo_dataset
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # train.py is a top-level script, not part of the package

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.model import ModelConfig, build_model, num_image_tokens
 from geopilot.render import render_sample
 from geopilot.sample import load_samples, write_samples
 from geopilot.training.config import DataConfig
 from geopilot.training.data import TrainingDataError, build_training_data
-from geopilot.training.demo_data import write_demo_dataset
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ def test_paper_configs_resolve_for_eight_processes(name, tmp_path):
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 
     from geopilot.training.config import load_train_config
-    from geopilot.training.engine import deepspeed_settings, grad_accum_steps
+    from geopilot.training.stage_setup import deepspeed_settings, grad_accum_steps
 
     # LLaVA-1.5-7B's config (no weights): ZeRO-3's bucket sizes are read from its hidden size
     LlavaConfig(

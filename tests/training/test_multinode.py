@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from test_distributed import free_port
 from train_helpers import ROOT, TINY
 
-from geopilot.training.demo_data import write_demo_dataset
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 
 pytestmark = pytest.mark.slow
 

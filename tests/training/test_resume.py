@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 from train_helpers import run_killed, stage1_args
 
 import train
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.training.checkpoint import CheckpointError, CheckpointStore
 from geopilot.training.config import TrainConfig
-from geopilot.training.demo_data import write_demo_dataset
 
 # 8 optical samples = 4 batches of 2 = 2 steps of 4 per epoch; 5 steps cross two epoch boundaries.
 ARGS = ["optim.max_steps=5", "optim.epochs=3", "checkpoint.save_steps=3"]

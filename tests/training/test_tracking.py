@@ -12,7 +12,7 @@ from test_validation import held_out
 from train_helpers import run_killed, stage1_args
 
 import train
-from geopilot.training.demo_data import write_demo_dataset
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.training.tracking import read_metrics
 
 ARGS = ["optim.max_steps=5", "optim.epochs=3", "checkpoint.save_steps=3", "eval.every_steps=2"]

@@ -73,7 +73,7 @@ def test_lora_trains_the_language_model_only_and_is_merged_at_export(dataset, tm
 def test_freeze_flags_select_the_trainable_components(dataset, tmp_path):
     from geopilot.model import ModelConfig, build_model
     from geopilot.training.config import load_train_config
-    from geopilot.training.engine import apply_freeze
+    from geopilot.training.stage_setup import apply_freeze
 
     model, _ = build_model(ModelConfig(init="tiny"))
     for flags, trainable in [

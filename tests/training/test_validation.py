@@ -14,12 +14,12 @@ from train_helpers import stage1_args
 import train
 from geopilot.batch import collate
 from geopilot.cli import main as cli_main
+from geopilot.data_gen.synthetic.samples import write_demo_dataset
 from geopilot.eval.cases import load_cases
 from geopilot.eval.planning_set import PLANNING_FILE
 from geopilot.model import load_model
 from geopilot.render import Rendered, render_sample
 from geopilot.sample import load_samples, write_samples
-from geopilot.training.demo_data import write_demo_dataset
 from geopilot.training.tracking import read_metrics
 
 STEPS = 4

@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel
 
-from geopilot.argtypes import port
+from geopilot.argtypes import add_deprecated_name, port
 from geopilot.cli import Command
 from geopilot.errors import clipped
 from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
@@ -153,7 +153,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catalog", required=True, help="layer + area catalogue (YAML)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=port, default=8790, help="port (default: %(default)s)")
-    parser.add_argument("--artifacts-dir", default=None, help="where charts are written (default: a private temp dir)")
+    parser.add_argument("--out", default=None, help="the folder charts are written to (default: a private temp dir)")
+    add_deprecated_name(parser, "--artifacts-dir", "--out")
     parser.add_argument(
         "--api-key", default=None, help=f"the bearer token every request must carry (default: env {API_KEY_ENV})"
     )
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.tools.indicators.tools import build_indicator_registry
 
     key = server_api_key("indicators", args.host, args.api_key)
-    registry = build_indicator_registry(Path(args.catalog), args.artifacts_dir)
+    registry = build_indicator_registry(Path(args.catalog), args.out)
     app = create_app(registry, api_key=key, host=args.host)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

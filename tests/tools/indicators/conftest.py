@@ -14,7 +14,7 @@ pytest.importorskip("pyogrio")
 
 @pytest.fixture(scope="session")
 def region(tmp_path_factory) -> Path:
-    from geopilot.tools.indicators.synth_region import synth_region
+    from geopilot.data_gen.synthetic.region import synth_region
 
     out = tmp_path_factory.mktemp("region")
     synth_region(out)

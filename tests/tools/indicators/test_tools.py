@@ -192,7 +192,7 @@ def test_dated_layer_as_one_multiband_raster(region, tmp_path, truth):
     import rasterio
     import yaml
 
-    from geopilot.tools.indicators.synth_region import NDVI_DATES
+    from geopilot.data_gen.synthetic.region import NDVI_DATES
     from geopilot.tools.indicators.tools import build_indicator_registry
 
     bands = []

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from shapely.geometry import Polygon, box
 
+from geopilot.data_gen.synthetic.region import HEIGHT, WIDTH, px_to_xy
 from geopilot.tools.indicators.areas import AreaIndex, AreaNotFound, normalise_name
 from geopilot.tools.indicators.catalog import load_catalog
-from geopilot.tools.indicators.synth_region import HEIGHT, WIDTH, px_to_xy
 from geopilot.tools.indicators.zonal import ZonalError, zonal_stats
 
 

@@ -1,7 +1,9 @@
-"""Planning scores (TSA / PA / NTA / OPA) of the weights being trained, through `geopilot eval planning`'s own
-pieces: the planning fixture tool layer, `GeoPilotAgent` over a `GeoPilot` that wraps the in-training model, the
+"""Planning scores (TSA / PA / NTA / OPA) of the weights being trained (`eval.planning_cases`), through
+`geopilot eval planning`'s own pieces: the planning fixture tool layer, `GeoPilotAgent` over a `GeoPilot` that wraps the in-training model, the
 scorer, and `summarise`. The (seed, case) pairs are split across processes and the scored rows gathered, so the
 numbers equal `geopilot eval planning --agent geopilot --model <that step's export> --cases FILE --seeds ...`.
+The training recipe takes it as `planning_probe` from its entry point (`geopilot train`, train.py), so
+geopilot.training never imports evaluation.
 """
 
 from __future__ import annotations

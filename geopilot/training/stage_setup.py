@@ -136,7 +136,7 @@ def stage_one_export(cfg: TrainConfig) -> Path:
         key = "llava_path" if cfg.model.init == "llava_hf" else "path"
         raise WeightsError(
             f"stage 2 needs the stage-1 model: model.{key}={checkpoint!r} is not a model directory "
-            "(run stage 1 first, e.g. python train.py --config configs/tiny/stage1.yaml)"
+            "(run stage 1 first, e.g. `geopilot train --config configs/tiny/stage1.yaml`; it exports to <output_dir>/export)"
         )
     if not info.is_file() or json.loads(info.read_text(encoding="utf-8")).get("stage") != 1:
         raise WeightsError(f"stage 2 needs a stage-1 export from train.py, but {path} has no stage-1 {EXPORT_INFO}")

@@ -3,7 +3,7 @@
 Tool-free answers, single tool calls with 1-12 detections, and two-round dialogues, so sample lengths vary the way
 tool traces do. For smoke runs, tests and `benchmarks/train_throughput.py`; no content is meaningful.
 
-    python -m geopilot.training.demo_data --out runs/tiny/data --optical 48 --sar 24
+    python -m geopilot.data_gen.synthetic.samples --out runs/tiny/data --optical 48 --sar 24
 """
 
 from __future__ import annotations

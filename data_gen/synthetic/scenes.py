@@ -1,5 +1,5 @@
 """Synthetic scenes in memory: optical (land cover, roads, DOTA-class objects, clouds) and SAR (speckled
-single-channel amplitude with SARDet-100K-class targets). `data_gen/synth.py` writes them in the real formats.
+single-channel amplitude with SARDet-100K-class targets). `data_gen/synthetic/datasets.py` writes them in the real formats.
 
 Everything is drawn from one `numpy.random.Generator`, so a scene is a pure function of its seed.
 """
@@ -35,6 +35,12 @@ def png_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(array).save(buffer, format="PNG", compress_level=1)  # noisy scenes: zlib's best level is slow
     return buffer.getvalue()
+
+
+def sar_picture(amplitude: np.ndarray) -> np.ndarray:
+    """A SAR scene's amplitude as an 8-bit picture (1-99 percentile stretch), as the evaluation sets ship it."""
+    low, high = np.percentile(amplitude, [1, 99])
+    return np.clip((amplitude - low) / max(high - low, 1e-9) * 255, 0, 255).astype(np.uint8)
 
 
 @dataclass(frozen=True)

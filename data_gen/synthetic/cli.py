@@ -1,6 +1,6 @@
 """`geopilot synth --out DIR [--seed N] [--optical N --sar N] [--json]`: write synthetic scenes in real formats.
 
-See `geopilot.data_gen.synth` for what lands where; every folder under DIR is readable by its reader.
+See `geopilot.data_gen.synthetic.datasets` for what lands where; every folder under DIR is readable by its reader.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from geopilot.data_gen.synth import MANIFEST, write_synthetic
+    from geopilot.data_gen.synthetic.datasets import MANIFEST, write_synthetic
 
     start = time.perf_counter()
     try:

@@ -31,7 +31,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from geopilot.data_gen.readers.common import class_label
-from geopilot.data_gen.synth_scenes import SIZE, OpticalScene, SarScene, optical_scene, png_bytes, sar_scene
+from geopilot.data_gen.synthetic.scenes import SIZE, OpticalScene, SarScene, optical_scene, png_bytes, sar_scene
 from geopilot.errors import GeoPilotInputError
 from geopilot.sample import IMAGE_PLACEHOLDER
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.metrics import METRICS, per_case_counts
+from geopilot.eval.results_log import RESULTS, read_rows
 from geopilot.eval.stats import paired_difference_ci
 
 CSV_COLUMNS = [
@@ -191,8 +192,6 @@ def write_reports(out: Path, rows: list[dict], summary: dict) -> None:
 
 
 def load_run(folder: str | Path) -> tuple[dict, list[dict]]:
-    from geopilot.eval.runner import RESULTS, read_rows
-
     folder = Path(folder)
     summary_path = folder / "summary.json"
     if not summary_path.is_file():

@@ -17,18 +17,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from geopilot.cancellation import check_cancelled
 from geopilot.errors import ImageInputError
-from geopilot.image import LoadedImage
+from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Modality
+from geopilot.tool_chains import REFERENCE_HELP, REFERENCE_SCHEMA, check_reference
 from geopilot.tool_output import Detection, ToolOutput
-from geopilot.tool_protocol import REFERENCE_HELP, check_reference
 from geopilot.tools.geo import to_geojson
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
-Expression = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
+
+def _text(max_length: int) -> WithJsonSchema:
+    """The schema of a stripped, non-empty text: what validates, so a plan decoded in it validates too (xgrammar
+    ignores min/maxLength beside a pattern: the pattern holds the length)."""
+    return WithJsonSchema({"type": "string", "pattern": rf"^\S[\s\S]{{0,{max_length - 1}}}$"})
+
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), _text(100)]
+Expression = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500), _text(500)]
 MAX_CATEGORIES = 60  # LAE-DINO's dynamic vocabulary size in training (DVC)
 
 
@@ -46,7 +53,7 @@ Threshold = Annotated[
 ]
 
 
-Reference = Annotated[str | None, AfterValidator(check_reference)]
+Reference = Annotated[Annotated[str, WithJsonSchema(REFERENCE_SCHEMA)] | None, AfterValidator(check_reference)]
 
 
 class _Params(BaseModel):

@@ -1,4 +1,5 @@
-"""Exact IoU of convex polygons (rotated boxes) by Sutherland-Hodgman clipping; no shapely needed.
+"""Exact IoU of convex polygons (rotated boxes) by Sutherland-Hodgman clipping; no shapely needed. In the core: the
+GeoChat reader (data_gen) and the grounding metric (eval) both use it.
 
 Every polygon is first made a counter-clockwise convex polygon by `convex_polygon`: the convex hull of its points.
 For a rotated box (the only shape GeoChat's `{<x1><y1><x2><y2>|θ}` text and its 4-point ground truth describe) the
