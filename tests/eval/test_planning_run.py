@@ -351,7 +351,7 @@ def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsy
 
 def test_the_geopilot_agent_on_a_qwen2_5_vl_export(tmp_path, qwen_dir):
     """`eval planning --agent geopilot --model DIR` loads a Qwen2.5-VL export by its model_type and scores every case."""
-    *_, out, rows = run_local_agent(tmp_path, "geopilot", qwen_dir, every=6, seed="1", max_new_tokens="4")
+    *_, out, rows = run_local_agent(tmp_path, "geopilot", qwen_dir, every=6, seed="1", max_new_tokens="32")
     assert all(r["score"]["category"] != "infra_error" for r in rows), [r["run"].get("infra_error") for r in rows]
     assert all(r["run"]["tokens_out"] > 0 for r in rows)
     assert json.loads((out / "summary.json").read_text())["OPA"] is not None
