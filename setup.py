@@ -52,7 +52,15 @@ EXTRAS = {
         "pyogrio>=0.10",
     ],  # GeoTIFF input; the indicator tools (zonal stats, areas)
     "data": ["aiohttp>=3.9", "defusedxml>=0.7"],  # aiohttp: httpx was 4x slower at 32 requests in flight
-    "serve": ["fschat==0.2.36", "fastapi>=0.115", "uvicorn>=0.30", "httpx>=0.27", "openai>=2.52"],
+    "serve": [
+        "fschat==0.2.36",
+        "fastapi>=0.115",
+        "uvicorn>=0.30",
+        "httpx>=0.27",
+        "openai>=2.52",
+        "gradio>=6.31,<7",  # the web demo at /demo (it pins pillow below 13)
+        "folium>=0.20",  # the demo's map of a georeferenced image's results
+    ],
     "dev": [
         "pytest>=9",
         "hypothesis>=6.100",
@@ -76,7 +84,7 @@ setup(
     package_dir=PACKAGE_DIRS,
     package_data={
         "geopilot": ["py.typed", "vocabulary.yaml"],
-        "geopilot.serving": ["demo.html"],
+        "geopilot.serving": ["leaflet/*"],  # Leaflet 1.9.4 from npm (BSD-2): the demo's map works offline
         "geopilot.data_gen": ["prompts/*.txt"],
         "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg", "data/chain_images/*"],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],

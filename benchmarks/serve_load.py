@@ -2,7 +2,7 @@
 batching (`--max-batch 32`) and without (`--max-batch 1`), side by side.
 
     python benchmarks/serve_load.py                      # tiny model built in a temp dir; 2 rounds x 20 s per server
-    python benchmarks/serve_load.py --model runs/s2/export --seconds 60 --rounds 3 --json
+    python benchmarks/serve_load.py --model runs/stage2/export --seconds 60 --rounds 3 --json
 
 Both servers run as subprocesses (`python serve.py ...`) for the whole run; each round loads one, then the other
 (the order alternates), so a shared machine's load hits both alike. Reported per server: requests/s, p50/p95

@@ -46,6 +46,16 @@ def _tag(alpha: float) -> str:
     return f"alpha_{alpha:g}"
 
 
+def _train_overrides(cfg: AblateAlphaConfig, alpha: float) -> list[str]:
+    run_dir = Path(cfg.out) / _tag(alpha) / "train"
+    return [
+        "model.init=llava_hf",
+        f"model.llava_path={cfg.stage1}",
+        f"data.replay_alpha={alpha}",
+        f"output_dir={run_dir}",
+    ]
+
+
 def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
     """Train stage 2 with this alpha (unless its export exists); the export directory."""
     run_dir = Path(cfg.out) / _tag(alpha) / "train"
@@ -58,10 +68,7 @@ def train_alpha(cfg: AblateAlphaConfig, alpha: float) -> Path:
         "geopilot.commands.train",
         "--config",
         cfg.stage2_config,
-        "model.init=llava_hf",
-        f"model.llava_path={cfg.stage1}",
-        f"data.replay_alpha={alpha}",
-        f"output_dir={run_dir}",
+        *_train_overrides(cfg, alpha),
         *cfg.overrides,
     ]
     done = subprocess.run(command, check=False)
@@ -134,11 +141,31 @@ def write_table(rows: list[dict], out: Path) -> tuple[Path, Path]:
     return table, plot
 
 
-def ablate_alpha(cfg: AblateAlphaConfig) -> list[dict]:
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+def check_inputs(cfg: AblateAlphaConfig) -> None:
+    """Everything the grid reads, before the first alpha trains for hours: the stage-1 export, the stage-2 config and
+    both benchmarks (loaded, and not empty). Each problem is one line naming the setting."""
+    from geopilot.eval.benchmark_tasks import TASKS
+    from geopilot.training.config import load_train_config
+
     if not (Path(cfg.stage1) / "config.json").is_file():
         raise GeoPilotInputError(f"stage1: {cfg.stage1} is not a model export (no config.json)")
+    try:  # with what the first alpha's run will be given
+        load_train_config(cfg.stage2_config, [*_train_overrides(cfg, cfg.alphas[0]), *cfg.overrides])
+    except GeoPilotInputError as err:
+        raise GeoPilotInputError(f"stage2_config: {err}") from None
+    for key, task in (("sar_vqa", "sar-vqa"), ("optical_vqa", "rsvqa-hr")):
+        try:
+            loaded = TASKS[task].load(Path(getattr(cfg, key)))
+        except GeoPilotInputError as err:
+            raise GeoPilotInputError(f"{key}: {err}") from None
+        if not loaded.items:
+            raise GeoPilotInputError(f"{key}: {getattr(cfg, key)} holds no {task} questions")
+
+
+def ablate_alpha(cfg: AblateAlphaConfig) -> list[dict]:
+    out = Path(cfg.out)
+    check_inputs(cfg)
+    out.mkdir(parents=True, exist_ok=True)
     rows = [evaluate_alpha(cfg, alpha, train_alpha(cfg, alpha)) for alpha in cfg.alphas]
     (out / "ablate_alpha.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     write_table(rows, out)

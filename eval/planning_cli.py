@@ -1,6 +1,6 @@
 """`geopilot eval planning --agent geopilot|openai|hf ... [--cases FILE] --seeds 42,1337,2024 --out DIR`.
 
-    geopilot eval planning --agent geopilot --model runs/s2/export --out runs/eval/geopilot
+    geopilot eval planning --agent geopilot --model runs/stage2/export --out runs/eval/geopilot
     geopilot eval planning --agent openai --engine-url http://localhost:8000/v1 --model Qwen2.5-VL-7B \
         --tools-as openai --api-key-env OPENAI_API_KEY --out runs/eval/qwen
     geopilot eval planning --agent hf --model /models/llava-1.5-7b-hf --out runs/eval/llava

@@ -4,7 +4,7 @@
 `task_command(task)` makes the command of a benchmark task (`geopilot.eval.benchmark_tasks.TASKS`); `CAPTIONS`,
 `REFERRING_ANSWERS` and `TOOLS_E2E` are the others. `eval/cli.py`'s table lists them all.
 
-    geopilot eval rsvqa-lr --model runs/s2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
+    geopilot eval rsvqa-lr --model runs/stage2/export --data data/RSVQA_LR --out runs/eval/lr [--batch-size 16]
     geopilot eval captions --pred preds.jsonl --ref refs.jsonl --json
     geopilot eval referring-answers --pred geochat_referring_answers.jsonl --json
     geopilot eval tools-e2e --model DIR --segmentation data/OpenEarthMap --referring data/GeoChat-Bench --out DIR

@@ -4,6 +4,7 @@ A table maps a name to a module (`add_arguments(parser)` and `run(args) -> int`)
 callables, for commands generated from a table), a `Group` (a module whose `COMMANDS` is the next level, e.g.
 `geopilot eval`; its `default` runs when the next word is an option, so `geopilot generate --config C` is
 `geopilot generate run --config C`) or a `Moved` name, which still works for one release and says its new words. Only the chosen modules are imported, so `geopilot --help` stays fast. Exit codes: 0 success, 2 bad input or usage (one line, no traceback), 1 otherwise.
+`--verbose` anywhere on the line keeps the libraries' progress bars and routine lines (`geopilot.quiet`).
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     """Resolve the words of `argv` through the tables (COMMANDS, then a group's), parse the rest for the chosen
     command (`key=value` overrides anywhere on the line), run it."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv  # any command: keep the libraries' own bars and lines (geopilot.quiet)
+    argv = [word for word in argv if word != "--verbose"]
     prog, description, table, default = (
         "geopilot",
         "GeoPilot: a tool-augmented remote-sensing assistant.",
@@ -166,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         description, table = entry.summary, importlib.import_module(entry.table).COMMANDS
         default = entry.default
     from geopilot.config import parse_command_line  # key=value overrides anywhere on the line
+    from geopilot.quiet import quiet_libraries
+
+    quiet_libraries(verbose)
 
     command = entry if isinstance(entry, Command) else importlib.import_module(entry[0])
     parser = _Parser(prog=prog, description=_summary(entry))

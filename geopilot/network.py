@@ -120,10 +120,11 @@ class BrowserGate:
     """ASGI middleware for what a browser can be made to send. With `hosts` (a keyless loopback server): the Host
     header must name one of them (421 otherwise), so a DNS-rebound page cannot read answers. Always: an Origin
     must be this server's own (403 otherwise), and a body must be JSON (415 for `text/plain`, forms: the content
-    types a cross-site page may POST without a preflight). Every response gets `X-Content-Type-Options: nosniff`."""
+    types a cross-site page may POST without a preflight), except under `form_paths` (a web app's file uploads,
+    still same-Origin only). Every response gets `X-Content-Type-Options: nosniff`."""
 
-    def __init__(self, app, hosts: set[str] | None):
-        self.app, self.hosts = app, hosts
+    def __init__(self, app, hosts: set[str] | None, form_paths: tuple[str, ...] = ()):
+        self.app, self.hosts, self.form_paths = app, hosts, form_paths
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -134,6 +135,7 @@ class BrowserGate:
             headers.get(b"origin", b"").decode("latin-1") or None,
             headers.get(b"content-type", b"").decode("latin-1") or None,
             scope["method"],
+            scope["path"],
         )
         if problem is not None:
             status, message, code = problem
@@ -148,7 +150,7 @@ class BrowserGate:
         await self.app(scope, receive, with_nosniff)
 
     def _problem(
-        self, host: str, origin: str | None, content_type: str | None, method: str
+        self, host: str, origin: str | None, content_type: str | None, method: str, path: str
     ) -> tuple[int, str, str] | None:
         """(status, message, code) of the first thing refused, or None."""
         if self.hosts is not None and host_name(host) not in self.hosts:
@@ -166,7 +168,8 @@ class BrowserGate:
                 same = False
             if not same:
                 return 403, f"cross-site request from Origin {origin[:100]!r} refused", "cross_origin"
-        if method in ("POST", "PUT", "PATCH") and content_type is not None:
+        forms = any(path == p or path.startswith(p + "/") for p in self.form_paths)
+        if method in ("POST", "PUT", "PATCH") and content_type is not None and not forms:
             media = content_type.split(";", 1)[0].strip().lower()
             if media not in JSON_TYPES:
                 return (

@@ -325,3 +325,9 @@ class RoadExtractorAdapter:
         if tool != "extract_roads":
             raise _unsupported(self, tool)
         return ToolOutput(roads=self.extractor.extract(image.scene()))
+
+
+class ExampleAnnotationsOptions(StrictConfig):
+    """The `annotations` backend (geopilot.tools.example_images): the COCO JSON of the example images."""
+
+    annotations: str = "examples/images/annotations.json"  # a relative path is read from the current folder

@@ -158,7 +158,8 @@ def run_tool(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     elif result.ok:
-        print(f"{result.tool}: {json.dumps(report['llm_view'])}")
+        answered_by = "  (provenance: annotations)" if result.output.provenance == "annotations" else ""
+        print(f"{result.tool}: {json.dumps(report['llm_view'])}{answered_by}")
         for artifact in result.output.artifacts:
             print(f"{artifact.kind}: {artifact.path}")
         for written in report.get("geo_files", []):

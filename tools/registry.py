@@ -33,6 +33,7 @@ from geopilot.tools.adapters import (
     CloudRemovalAdapter,
     DetectorAdapter,
     DetectorOptions,
+    ExampleAnnotationsOptions,
     MaskSegmenterAdapter,
     RemoteSamOptions,
     RoadExtractorAdapter,
@@ -49,6 +50,7 @@ from geopilot.tools.weights import pick_device, resolve_weights
 DEFAULT_TIMEOUT_S = 120.0  # per tool call
 # configs/ ships inside the distribution as `geopilot.configs`, so the default works from a wheel too.
 DEFAULT_CONFIG = Path(str(resources.files("geopilot.configs") / "tools.yaml"))
+EXAMPLES_CONFIG = Path(str(resources.files("geopilot.configs") / "tools_examples.yaml"))  # no weights needed
 
 
 class ToolBinding(StrictConfig):
@@ -119,6 +121,13 @@ class BackendSpec:
     load_key: Callable[[Any], str] = lambda options: ""  # the options that change what is loaded
     weights_file: Callable[[Any], str | None] = lambda options: None  # file under the weights folder, if one
     precision: Callable[[Any], str] = lambda options: options.precision  # the configured `precision` setting
+    needs_weights: bool = True  # False: the annotation-backed example tools
+
+
+def _load_examples(weights: None, device: str, options):
+    from geopilot.tools.example_images import ExampleAnnotationsBackend, ExampleSet, annotations_file
+
+    return ExampleAnnotationsBackend(ExampleSet.read(annotations_file(options.annotations)))
 
 
 def _load_lae_dino(weights: Path, device: str, options: DetectorOptions):
@@ -218,6 +227,16 @@ BACKENDS: dict[str, BackendSpec] = {
         weights_file=_sam_road_checkpoint,
     ),
     "denodet": _detector({"sar_detect_all"}, SarDetectorOptions, _load_denodet),
+    # configs/tools_examples.yaml: the example images' annotations answer (no weights; geopilot.tools.example_images)
+    "annotations": BackendSpec(
+        tasks=frozenset(TASKS_BY_NAME),
+        options_model=ExampleAnnotationsOptions,
+        load=_load_examples,
+        adapt=lambda model, options, artifacts_dir: model,
+        load_key=lambda options: options.annotations,
+        precision=lambda options: "-",
+        needs_weights=False,
+    ),
 }
 
 
@@ -249,6 +268,8 @@ def binding_precision(binding: ToolBinding) -> dict[str, str]:
     from geopilot.tools.precision import PRECISIONS
 
     options = BACKENDS[binding.backend].options_model.model_validate(binding.options)
+    if not BACKENDS[binding.backend].needs_weights:
+        return {"precision": "-", "upstream_precision": "-"}
     return {
         "precision": BACKENDS[binding.backend].precision(options),
         "upstream_precision": PRECISIONS[binding.backend].upstream,
@@ -278,6 +299,11 @@ def binding_status(binding: ToolBinding) -> tuple[str, str | None]:
     """(`ready` | `weights missing`, what is missing and where it goes) for `geopilot tools list`: every file the
     backend loads must be there (`geopilot.tools.weight_files`)."""
     options = BACKENDS[binding.backend].options_model.model_validate(binding.options)
+    if not BACKENDS[binding.backend].needs_weights:
+        from geopilot.tools.example_images import annotations_file
+
+        annotations = annotations_file(options.annotations)
+        return ("ready", None) if annotations.is_file() else ("annotations missing", f"{annotations} does not exist")
     try:
         weights_path(binding, options)
     except GeoPilotInputError as err:
@@ -344,7 +370,10 @@ def _backend(
     key = (binding.backend, binding.weights, binding.weights_name, spec.load_key(options))
     if key not in models:
         models[key] = LazyModel(
-            binding.backend, lambda: spec.load(weights_path(binding, options), str(pick_device(config.device)), options)
+            binding.backend,
+            lambda: spec.load(
+                weights_path(binding, options) if spec.needs_weights else None, str(pick_device(config.device)), options
+            ),
         )
     # the artefact folder is resolved when the adapter is built (first call), so a registry alone makes no folder
     return LazyBackend(models[key], lambda model: spec.adapt(model, options, _artifacts_dir(config)))

@@ -15,6 +15,7 @@ from geopilot.argtypes import add_deprecated_name, add_tools_config_argument
 from geopilot.argtypes import bands as bands_type
 
 SUMMARY_CHARS = 160
+MAX_NEW_TOKENS = 512
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="what the image is; checks tool calls against it (default: inferred from the image, no check)",
     )
     parser.add_argument("--max-rounds", type=int, default=1, help="tool rounds the model may chain (default 1)")
-    parser.add_argument("--max-new-tokens", type=int, default=512, help="per generated turn")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"per generated turn (default {MAX_NEW_TOKENS}; a demo model's own)",
+    )
     parser.add_argument(
         "--tool-timeout", type=float, default=None, help="seconds per tool call (default: the registry's)"
     )
@@ -53,7 +59,12 @@ def _summary(call) -> str:
     if call.output is None:
         return f"[red]✗ {call.error_kind}[/]: {escape(str(call.error))}"
     text = dumps(llm_view(call.output))
-    return "[green]✓[/] " + escape(text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 3] + "...")
+    text = escape(text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 3] + "...")
+    return (
+        "[green]✓[/] "
+        + text
+        + (" [dim](provenance: annotations)[/]" if call.output.provenance == "annotations" else "")
+    )
 
 
 def _print_human(result, console) -> None:
@@ -102,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.question.strip():
         raise GeoPilotInputError("the question is empty")
+    from geopilot.demo.model_note import read_model_note
+
+    note = read_model_note(args.model) if args.adapter is None else {}
+    if args.max_new_tokens is None:  # a demo model's own turn length: a quick one stops instead of decoding noise
+        args.max_new_tokens = int(note.get("max_new_tokens") or MAX_NEW_TOKENS)
     if args.max_rounds < 0 or args.max_new_tokens < 1:
         raise GeoPilotInputError("--max-rounds must be >= 0 and --max-new-tokens >= 1")
     if args.tool_timeout is not None and not args.tool_timeout > 0:  # also NaN
@@ -126,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         from geopilot.visualize import draw_outputs
 
         draw_outputs(image.image, [c.output for c in result.tool_calls if c.output is not None]).save(args.out)
+    if note.get("notice"):
+        print(f"geopilot chat: note: {note['notice']}", file=sys.stderr)
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:

@@ -1,8 +1,8 @@
 """`geopilot demo --out DIR [--quick] [--model-family F] [--seed N] [--threads N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
 
 synth -> generate (template backend) -> stage 1 -> stage 2 (alpha = 0.2) on a small model trained from scratch ->
-planning evaluation on a held-out set -> two sample chats -> DIR/report.md. Interrupt it and run the same command
-again to resume from the last finished phase; a finished DIR is reused, a DIR with other settings is refused.
+planning evaluation on a held-out set -> two sample chats -> worked examples on examples/images/ -> DIR/report.md.
+Interrupt it and run the same command again to resume from the last finished phase; a finished DIR is reused, a DIR with other settings is refused.
 """
 
 from __future__ import annotations

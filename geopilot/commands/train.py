@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def parse_args(argv: list[str] | None, prog: str = "train.py") -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description="Train one stage of GeoPilot.")
     add_arguments(parser)
+    parser.add_argument("--verbose", action="store_true", help="keep the libraries' progress bars and routine lines")
     return parse_command_line(parser, argv)
 
 
@@ -58,7 +59,10 @@ def run(args: argparse.Namespace, on_step: StepCallback | None = None) -> int:
 
 
 def main(argv: list[str] | None = None, on_step: StepCallback | None = None) -> int:
+    from geopilot.quiet import quiet_libraries
+
     args = parse_args(argv)
+    quiet_libraries(args.verbose)
     try:
         return run(args, on_step)
     except GeoPilotInputError as err:

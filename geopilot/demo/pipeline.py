@@ -9,6 +9,8 @@
               stratified subset, scored by the same scorer with the chain breakdowns
     chats     two chats (optical, SAR) with the annotation-backed tools, tool outputs drawn, and one chain drawn
               input -> intermediate result -> final result
+    examples  the worked examples: one chat per example image (examples/images/) with the example tools
+              (configs/tools_examples.yaml), each call's output drawn, each answer marked right or wrong
     report    plots + DIR/report.md
 Every phase is safe to rerun after an interruption: generate, train.py and the benchmark runner resume on their own.
 """
@@ -225,11 +227,17 @@ def read_losses(out: Path) -> list[list[float]]:
     return [[step, round(loss, 6)] for step, loss in sorted(losses.items())]
 
 
-def publish_model(layout: Layout) -> None:
-    """DIR/model: the stage-2 export, a plain GeoPilot / llava-hf checkpoint (copied atomically)."""
+def publish_model(layout: Layout, settings: DemoSettings) -> None:
+    """DIR/model: the stage-2 export, a plain GeoPilot / llava-hf checkpoint (copied atomically), with the demo's
+    note on it (a quick-preset model says it learned nothing; geopilot.demo.model_note)."""
+    from geopilot.demo.model_note import write_model_note
+    from geopilot.demo.report import QUICK_NOTICE
+
     staging = layout.out / ".model.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(layout.stage2 / "export", staging)
+    preset = settings.preset_name()
+    write_model_note(staging, preset, QUICK_NOTICE if preset == "quick" else None, settings.max_new_tokens)
     shutil.rmtree(layout.model, ignore_errors=True)
     os.replace(staging, layout.model)
 
@@ -505,3 +513,77 @@ def run_chain_chat(layout: Layout, settings: DemoSettings) -> dict:
         "outcome": result.outcome,
         "picture": picture.name,
     }
+
+
+# ---- worked examples -----------------------------------------------------------------------------------------------
+
+
+def example_right(example: dict, calls: list[dict], answer: str) -> bool:
+    """Right: the expected tool answered and, when the question has a checkable answer, the answer says it."""
+    import re
+
+    called = any(c["tool"] == example["tool"] and c["error"] is None for c in calls)
+    wanted = example.get("answer_contains")
+    said = re.search(rf"(?<![\w.]){re.escape(wanted)}(?![\w.])", answer) if wanted else answer.strip()
+    return bool(called and said)
+
+
+def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> dict:
+    """Each example image's question through the agent loop with the example tools; outputs drawn on the image."""
+    import torch
+
+    from geopilot.agent import GeoPilot
+    from geopilot.image import load_image
+    from geopilot.tools.adapters import ExampleAnnotationsOptions
+    from geopilot.tools.example_images import QUESTIONS, annotations_file
+    from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry, load_tools_config
+    from geopilot.visualize import chain_panels
+
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    config = load_tools_config(EXAMPLES_CONFIG)
+    options = ExampleAnnotationsOptions.model_validate(config.tools["detect_all"].options)
+    folder = annotations_file(options.annotations).parent
+    if not (folder / QUESTIONS).is_file():
+        return {"examples": [], "missing": f"{folder / QUESTIONS} not found (run the demo from a GeoPilot checkout)"}
+    questions = json.loads((folder / QUESTIONS).read_text(encoding="utf-8"))
+    pilot = GeoPilot.from_pretrained(layout.model, tools=build_registry(config=config), device="cpu")
+    layout.examples.mkdir(parents=True, exist_ok=True)
+    worked = []
+    for index, example in enumerate(questions):
+        image_path = folder / example["image"]
+        result = pilot.chat(
+            str(image_path), example["question"], generation={"max_new_tokens": settings.max_new_tokens}
+        )
+        picture = layout.examples / example["image"]
+        # the last call's result: its output drawn on the image it read, or the restored image itself
+        chain_panels(load_image(image_path).image, result.tool_calls)[-1][1].save(picture)
+        calls = [
+            {
+                "tool": c.tool,
+                "params": c.params,
+                "error": c.error,
+                "provenance": c.output.provenance if c.output is not None else None,
+            }
+            for c in result.tool_calls
+        ]
+        worked.append(
+            {
+                "image": _shown_path(image_path),
+                "question": example["question"],
+                "expected_tool": example["tool"],
+                "plan": result.turns[0].text if result.turns else "",
+                "tool_calls": calls,
+                "answer": result.answer,
+                "outcome": result.outcome,
+                "right": example_right(example, calls, result.answer),
+                "picture": picture.name,
+            }
+        )
+        progress(index + 1, len(questions))
+    return {"examples": worked, "right": sum(w["right"] for w in worked), "tools_config": _shown_path(EXAMPLES_CONFIG)}
+
+
+def _shown_path(path: Path) -> str:
+    """The path as a user types it: relative to the current folder when inside it."""
+    return _inside(path, Path.cwd()) or str(path)

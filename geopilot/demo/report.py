@@ -1,5 +1,6 @@
 """DIR/report.md and its plots: loss curves per stage, per-tool TSA, OPA by difficulty, chain accuracy and its
-breakdowns, the two sample chats and one chain drawn input -> intermediate result -> final result."""
+breakdowns, the two sample chats and one chain drawn input -> intermediate result -> final result, and last the
+worked examples (the example images with the example tools) with the lines that continue from them."""
 
 from __future__ import annotations
 
@@ -55,6 +56,13 @@ def model_description(settings: DemoSettings, data: dict) -> str:
         f"Llama decoder ({model.text_layers} layers, width {model.text_hidden}), with its own "
         f"{data['vocab']}-token BPE trained on the traces."
     )
+
+
+QUICK_NOTICE = (
+    "This model comes from the quick preset (--quick): it trained for a few steps on a few scenes to check that every "
+    "phase runs, so it learned nothing; its plans and answers are noise. Run `geopilot demo` without --quick for a "
+    "model that plans."
+)
 
 
 def preset_line(settings: DemoSettings) -> str:
@@ -166,6 +174,87 @@ def chain_lines(chat: dict) -> list[str]:
     ]
 
 
+def plot_worked_examples(layout: Layout, worked: list[dict], path: Path) -> None:
+    """One panel per worked example: the drawn tool output, the question, the call, the answer, right or wrong."""
+    import textwrap
+
+    from PIL import Image
+
+    columns = 5
+    rows = -(-len(worked) // columns)
+    plt, fig, _ = _figure(3.0 * columns, 4.1 * rows)
+    fig.clf()
+    for index, example in enumerate(worked):
+        ax = fig.add_subplot(rows, columns, index + 1)
+        with Image.open(layout.examples / example["picture"]) as picture:
+            ax.imshow(picture.convert("RGB"))
+        ax.set_xticks([])
+        ax.set_yticks([])
+        call = example["tool_calls"][0]["tool"] if example["tool_calls"] else "no tool call"
+        answer = example["answer"] or "(empty)"
+        text = [
+            *textwrap.wrap(example["question"], 34)[:2],
+            f"→ {call}",
+            *textwrap.wrap(answer if len(answer) <= 70 else answer[:67] + "...", 34)[:2],
+        ]
+        ax.set_title(Path(example["image"]).name, fontsize=9, color=BLUE if example.get("right", True) else RUST)
+        verdict = example.get("verdict") or ("right" if example["right"] else "wrong")  # the README's: reference
+        ax.set_xlabel("\n".join([*text, verdict]), fontsize=7.5, loc="left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def worked_example_lines(layout: Layout, settings: DemoSettings, examples: dict) -> list[str]:
+    """The report's last section: each example image's chat with the example tools, then how to go on from here."""
+    worked = examples.get("examples", [])
+    lines = ["## Worked examples", ""]
+    if settings.preset_name() == "quick":
+        lines += [f"*{QUICK_NOTICE}*", ""]
+    if not worked:
+        return lines + [examples.get("missing", "No example images were found."), ""]
+    plot_worked_examples(layout, worked, layout.plots / "worked_examples.png")
+    tools_config = examples["tools_config"]  # as the user types it from the folder the demo ran in
+    lines += [
+        f"The model on each example image (`examples/images/`) with the example tools (`{tools_config}`): "
+        "every tool answers from the image's annotations (provenance: annotations), so no specialist weights are "
+        f"needed. **{examples['right']} of {len(worked)} answered right** (the expected tool answered and the answer "
+        "says what the question asks, when it is a number).",
+        "",
+        "![every worked example: the tool output drawn, the question, the call and the answer](plots/worked_examples.png)",
+        "",
+    ]
+    for example in worked:
+        calls = ", ".join(
+            f"`{c['tool']}({json.dumps(c['params'])})`"
+            + (f" → error: {c['error']}" if c["error"] else f" (provenance: {c['provenance']})")
+            for c in example["tool_calls"]
+        )
+        lines += [
+            f"**{example['image']}** — *{example['question']}* — {'✅ right' if example['right'] else '❌ wrong'}",
+            "",
+            f"- plan: `{example['plan']}`",
+            f"- tool call: {calls or 'none'} (expected `{example['expected_tool']}`)",
+            f"- answer: {example['answer'] or '(empty)'}",
+            "",
+            f"![{example['image']}: the tool output drawn](examples/{example['picture']})",
+            "",
+        ]
+    first = worked[0]
+    chat = ["geopilot", "chat", "--model", str(layout.model), "--tools-config", tools_config]
+    serve = ["geopilot", "serve", "--model", str(layout.model), "--tools-config", tools_config]
+    return lines + [
+        "Continue from here (from the folder you ran the demo in): ask about an example image, or serve the model "
+        "with the example tools and open http://127.0.0.1:8000/ in a browser.",
+        "",
+        "```bash",
+        shlex.join([*chat, "--image", first["image"], first["question"]]),
+        shlex.join(serve),
+        "```",
+        "",
+    ]
+
+
 def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
     layout.plots.mkdir(parents=True, exist_ok=True)
     evaluation = results["evaluate"]
@@ -270,5 +359,6 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         lines += ["## Time", "", "| phase | seconds |", "|---|---|"]
         lines += [f"| {phase} | {value:.0f} |" for phase, value in seconds.items()]
         lines.append("")
+    lines += worked_example_lines(layout, settings, results.get("examples", {}))
     atomic_write(layout.report, "\n".join(lines))
     return layout.report

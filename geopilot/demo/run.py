@@ -26,6 +26,7 @@ SECONDS_PER_TRAIN_SAMPLE_EPOCH = {
 }  # default runs: 1112 s (1 thread, before the image cache), 542 s (2)
 SECONDS_PER_EVAL_CASE = 0.3
 SECONDS_PER_CHAIN_CASE = 0.3  # 124 chain cases: 27-33 s
+SECONDS_FOR_EXAMPLES = 15  # the worked examples: ten chats with the example tools
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
@@ -42,6 +43,7 @@ def estimate_seconds(settings: DemoSettings) -> float:
         + SECONDS_PER_TRAIN_SAMPLE_EPOCH[min(settings.threads, 2)] * size * sample_epochs
         + SECONDS_PER_EVAL_CASE * settings.eval_cases
         + SECONDS_PER_CHAIN_CASE * settings.chain_cases
+        + SECONDS_FOR_EXAMPLES
         + 60  # process start-ups, tokenisation, plots
     )
 
@@ -173,7 +175,7 @@ def _run_phase(phase: str, layout: Layout, settings: DemoSettings, progress) -> 
         stage = int(phase[-1])
         result = pipeline.run_stage(layout, settings, stage, counts, progress)
         if stage == 2:
-            pipeline.publish_model(layout)
+            pipeline.publish_model(layout, settings)
         return result
     if phase == "evaluate":
         return pipeline.run_evaluate(layout, settings, progress)
@@ -181,6 +183,8 @@ def _run_phase(phase: str, layout: Layout, settings: DemoSettings, progress) -> 
         return pipeline.run_chain_eval(layout, settings, progress)
     if phase == "chats":
         return pipeline.run_chats(layout, settings, progress)
+    if phase == "examples":
+        return pipeline.run_examples(layout, settings, progress)
     from geopilot.demo.report import write_report
 
     results = read_results(layout)

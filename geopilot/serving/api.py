@@ -20,22 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import html
 import io
 import json
 import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from importlib import resources
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from geopilot.errors import GeoPilotInputError, clipped
+from geopilot.errors import clipped
 from geopilot.network import BrowserGate, answered_host_names, key_matches
-from geopilot.serving.batcher import Batcher, Busy, Job, Slot
+from geopilot.serving import web_login
+from geopilot.serving.batcher import Batcher, Job
 from geopilot.serving.chat_request import (
     conversation_request,
     generation_options,
@@ -44,6 +43,7 @@ from geopilot.serving.chat_request import (
     pick,
 )
 from geopilot.serving.config import ServeConfig
+from geopilot.serving.jobs import admit, geojson_of, job_error
 from geopilot.serving.protocol import (
     ChatCompletionRequest,
     tool_call_entries,
@@ -66,11 +66,22 @@ class AuthGate:
         self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or self.key is None or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or self.key is None or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
-        header = dict(scope.get("headers") or []).get(b"authorization")
-        if key_matches(header.decode("latin-1") if header else None, self.key):
-            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        header = headers.get(b"authorization")
+        demo = web_login.is_demo(scope["path"])
+        if key_matches(header.decode("latin-1") if header else None, self.key) or (
+            demo and web_login.same_key(web_login.cookie_key(headers), self.key)
+        ):
+            return await self.app(scope, receive, web_login.framing_refused(send) if demo else send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        if demo:  # a browser passes the key once: the login form or `?key=` becomes a cookie
+            given, rest = web_login.query_key(scope.get("query_string", b""))
+            if web_login.same_key(given, self.key):
+                return await web_login.redirect_with_cookie(send, scope["path"], rest, given)
+            return await web_login.refuse(scope, send, "wrong API key" if given else "this demo needs the API key")
         payload = json.dumps(ServeError(401, "missing or wrong API key", "authentication_error").body()).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -81,8 +92,11 @@ class AuthGate:
         await send({"type": "http.response.body", "body": payload})
 
 
-def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
-    """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits."""
+def create_app(
+    pilot, config: ServeConfig, batcher: Batcher | None = None, tools_line: str | None = None, examples=None
+):
+    """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits, with the
+    web demo (geopilot.serving.web) at /demo: `tools_line` its tool status line, `examples` its example images."""
     batcher = batcher or Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
     policy = UrlPolicy(config.allowed_url_hosts, config.url_timeout_s, config.max_body_bytes)
 
@@ -97,7 +111,9 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(AuthGate, key=config.api_key)
     # outermost: a keyless server answers only to loopback Host names (it may only bind loopback)
-    app.add_middleware(BrowserGate, hosts=answered_host_names(config.host, config.api_key))
+    app.add_middleware(
+        BrowserGate, hosts=answered_host_names(config.host, config.api_key), form_paths=(web_login.DEMO_PATH,)
+    )
 
     @app.exception_handler(ServeError)
     async def serve_error(request, err: ServeError):
@@ -119,13 +135,12 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
             raise ServeError(404, f"model {clipped(repr(name))} does not exist", code="model_not_found")
         return _model_card(name)
 
-    page = resources.files("geopilot.serving").joinpath("demo.html").read_text(encoding="utf-8")
-    page = page.replace("@MODEL@", html.escape(config.model_name, quote=True))
-    demo_headers = demo_security_headers(page)
+    import gradio as gr
 
-    @app.get("/demo", response_class=HTMLResponse)
-    async def demo():
-        return HTMLResponse(page, headers=demo_headers)
+    from geopilot.serving.web import build_demo
+
+    demo = build_demo(pilot, config, batcher, tools_line, examples)
+    gr.mount_gradio_app(app, demo, path=web_login.DEMO_PATH, max_file_size=config.max_body_bytes, footer_links=["api"])
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -142,7 +157,7 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
                 f"model {clipped(repr(body.model))} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
-        slot = _admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
+        slot = admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
             image = await image_source(body, policy, deadline)
             conversation = await asyncio.to_thread(conversation_request, body, image, config, pilot)
@@ -165,28 +180,6 @@ def create_app(pilot, config: ServeConfig, batcher: Batcher | None = None):
     return app
 
 
-def demo_security_headers(page: str) -> dict[str, str]:
-    """The demo page's headers: a Content-Security-Policy that allows exactly its own inline script and style (by
-    hash), images from data: URLs and fetches to this server only; no framing (clickjacking); no MIME sniffing."""
-    import hashlib
-    import re
-
-    def hashes(tag: str) -> str:
-        blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.S)
-        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in blocks)
-
-    policy = (
-        f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; img-src data: blob:; "
-        "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
-    )
-    return {
-        "content-security-policy": policy,
-        "x-frame-options": "DENY",
-        "x-content-type-options": "nosniff",
-        "referrer-policy": "no-referrer",
-    }
-
-
 def _peer(request: Request) -> str:
     client = request.client
     return f"{client.host}:{client.port}" if client else "?"
@@ -196,20 +189,11 @@ def _model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "geopilot"}
 
 
-def _admit(batcher: Batcher) -> Slot:
-    try:
-        return batcher.admit()
-    except Busy as err:
-        raise ServeError(503, f"server busy: {err}", "server_error", code="busy") from None
-
-
-def _job_error(err: BaseException) -> ServeError:
-    if isinstance(err, ServeError):
-        return err
-    if isinstance(err, GeoPilotInputError):
-        return ServeError(400, str(err), code="bad_request")
-    log.error("chat failed", exc_info=err)
-    return ServeError(500, f"internal error ({type(err).__name__}); the server keeps serving", "server_error")
+def _give_up(batcher: Batcher, job: Job, future: asyncio.Future) -> None:
+    """Cancel the job; the batch still ends it (with ToolCancelled, usually), so its outcome is read when it comes:
+    an unread asyncio future logs "Future exception was never retrieved" with a traceback."""
+    batcher.cancel(job)
+    future.add_done_callback(lambda done: None if done.cancelled() else done.exception())
 
 
 async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s: float):
@@ -219,13 +203,13 @@ async def _wait(request, job: Job, batcher: Batcher, deadline: float, timeout_s:
         done, _ = await asyncio.wait({future}, timeout=max(0.01, min(0.2, deadline - time.monotonic())))
         if done:
             if future.exception() is not None:
-                raise _job_error(future.exception())
+                raise job_error(future.exception())
             return future.result()
         if await request.is_disconnected():
-            batcher.cancel(job)
+            _give_up(batcher, job, future)
             raise ServeError(499, "client closed the request", code="client_gone")
         if time.monotonic() > deadline:
-            batcher.cancel(job)
+            _give_up(batcher, job, future)
             raise ServeError(504, f"the request took longer than {timeout_s:g} s", "server_error", code="timeout")
 
 
@@ -251,9 +235,8 @@ def _visualization(job: Job, result) -> str:
 
 async def _extension(result, job: Job, body: ChatCompletionRequest) -> dict:
     extension = {"tool_calls": _tool_calls(result), "result": result.model_dump(mode="json")}
-    features = [f for c in result.tool_calls if c.output and c.output.geojson for f in c.output.geojson["features"]]
-    if features:  # a georeferenced image: every call's features as one RFC 7946 FeatureCollection (WGS 84)
-        extension["geojson"] = {"type": "FeatureCollection", "features": features}
+    if geojson := geojson_of(result):
+        extension["geojson"] = geojson
     if body.geopilot.visualize:
         extension["visualization"] = await asyncio.to_thread(_visualization, job, result)
     return extension
@@ -341,7 +324,7 @@ def _stream(
                     sent += piece
                     yield chunk({"content": piece})
             if job.future.exception() is not None:
-                yield f"data: {json.dumps(_job_error(job.future.exception()).body())}\n\n"
+                yield f"data: {json.dumps(job_error(job.future.exception()).body())}\n\n"
                 return
             result = job.future.result()
             message, finish = _message(result, body)

@@ -4,6 +4,7 @@
     geopilot serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY | env GEOPILOT_API_KEY]
                    [--tools configs/tools.yaml] [--max-batch N] [--batch-wait-ms MS] [--controller URL]
                    [--engine-url URL] [--allow-unknown-tools] [--prefix-cache N] [--prefix-cache-ttl S]
+                   [--examples DIR]
 
 `--engine-url` generates the LLM turns on an OpenAI-compatible server (vLLM serving DIR) while the tools run
 here. Without an API key the server only binds to loopback. Bad arguments exit 2 with one line.
@@ -21,6 +22,8 @@ from geopilot.config import Flag, add_config_flags, config_from_flags
 from geopilot.errors import GeoPilotInputError
 from geopilot.network import API_KEY_ENV, is_loopback, server_api_key
 from geopilot.serving.config import MIB, ServeConfig
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "images"
 
 # `geopilot serve` flags that set a ServeConfig field: name, type, default and help come from the field.
 SERVE_FLAGS = {
@@ -58,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["llava", "qwen2_5_vl"],
         default=None,
         help="the model's family (docs/models.md); default: read from the model folder's config.json",
+    )
+    parser.add_argument(
+        "--examples",
+        type=Path,
+        default=EXAMPLES,
+        help="folder of example images the web demo offers (default: the source checkout's examples/images)",
     )
     add_config_flags(parser, ServeConfig, SERVE_FLAGS)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
@@ -118,18 +127,25 @@ def build_pilot(args: argparse.Namespace, config):
     )
 
 
-def startup_line(args: argparse.Namespace, config, tools) -> str:
-    """What is being served, where, behind which key, with which tools and whether their weights are there."""
+def tools_line(tools, source: str | None = None) -> str:
+    """Which tools are ready and which lack their weights (the demo shows it too)."""
     from geopilot.tools.registry import binding_status
 
     ready = [name for name, binding in tools.tools.items() if binding_status(binding)[0] == "ready"]
     missing = [name for name in tools.tools if name not in ready]
+    return (
+        (f"tools config {source}: " if source else "")
+        + f"tools ready: {', '.join(ready) or 'none'}"
+        + (f"; weights missing: {', '.join(missing)} (geopilot weights check)" if missing else "")
+    )
+
+
+def startup_line(args: argparse.Namespace, config, tools) -> str:
+    """What is being served, where, behind which key, with which tools and whether their weights are there."""
     key = "API key required" if config.api_key else "no API key (loopback only)"
     engine = f", turns on {args.engine_url}" if args.engine_url else ""
-    return (
-        f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} ({key}{engine}; demo: /demo); "
-        f"tools ready: {', '.join(ready) or 'none'}"
-        + (f"; weights missing: {', '.join(missing)} (geopilot weights check)" if missing else "")
+    return f"geopilot serve: {config.model_name} on http://{args.host}:{args.port} ({key}{engine}; demo: /demo); " + (
+        tools_line(tools)
     )
 
 
@@ -155,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from geopilot.serving.api import create_app
+    from geopilot.serving.web import example_images
 
     print(startup_line(args, config, tools), file=sys.stderr, flush=True)
-    uvicorn.run(create_app(pilot, config), host=args.host, port=args.port, log_level="warning")
+    app = create_app(
+        pilot, config, tools_line=tools_line(tools, args.tools_config), examples=example_images(args.examples)
+    )
+    # open demo tabs keep a heartbeat stream: Ctrl-C waits 5 s for them, not forever
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
     return 0

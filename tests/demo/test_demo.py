@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from geopilot.cli import main
 from geopilot.data_gen.chains import CHAIN_KINDS
 from geopilot.demo import pipeline
+from geopilot.demo.report import QUICK_NOTICE, worked_example_lines
 from geopilot.demo.run import check_disk, check_out_dir, read_results, run_demo, run_dir
 from geopilot.demo.settings import PHASES, DemoSettings, Layout
 from geopilot.errors import GeoPilotInputError
@@ -24,6 +26,16 @@ from geopilot.eval.cases import Case
 from geopilot.fileio import fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
+# what the libraries print unless --verbose: transformers' and datasets' bars, DeepSpeed's CPU warning, accelerate's
+# per-checkpoint lines, any tqdm bar
+LIBRARY_NOISE = (
+    "Loading weights",
+    "Writing model shards",
+    "Saving the dataset",
+    "Setting accelerator",
+    "it/s]",
+    "[RANK 0]",
+)
 
 
 def _start(layout: Layout, settings: DemoSettings) -> None:
@@ -215,18 +227,45 @@ def test_the_chain_subset_covers_every_kind_with_the_suites_own_images(tmp_path)
     }
     assert all(Path(c.image).is_absolute() and Path(c.image).is_file() for c in quick.cases)
     assert all(c.max_rounds == len(c.expected_tools) for c in quick.cases)  # each case keeps its own max_rounds
-    whole = load_cases(pipeline.chain_subset(layout, DemoSettings()))
-    assert [c.id for c in whole.cases] == [c.id for c in load_cases(CHAINS_FILE).cases]  # the default: all 124
+    whole = load_cases(pipeline.chain_subset(layout, DemoSettings(chain_cases=124)))
+    assert [c.id for c in whole.cases] == [c.id for c in load_cases(CHAINS_FILE).cases]  # 124: all of them
+    half = load_cases(pipeline.chain_subset(layout, DemoSettings()))  # the default: half, every kind
+    assert len(half.cases) == 62 and {c.category for c in half.cases} == {c.category for c in whole.cases}
 
 
 @pytest.mark.slow
-def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
+def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch, capsys):
     from geopilot import GeoPilot
 
     settings = DemoSettings.preset(quick=True)
     first = tmp_path / "first"
-    report = run_demo(first, settings)
+    # the command as a user runs it, from the checkout: its console holds the project's lines, no library noise
+    shown = subprocess.run(
+        [sys.executable, "-m", "geopilot.cli", "demo", "--quick", "--out", str(first)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    console = shown.stdout + shown.stderr
+    for noise in LIBRARY_NOISE:
+        assert noise not in console, noise
+    report = first / "report.md"
     text = report.read_text(encoding="utf-8")
+    assert "## Worked examples" in text and QUICK_NOTICE in text
+    worked = read_results(Layout(first))["examples"]["examples"]
+    assert len(worked) == 10 and all((first / "examples" / w["picture"]).stat().st_size > 1000 for w in worked)
+    chat_line, serve_line = text.rstrip().splitlines()[-3:-1]
+    assert shlex.split(chat_line)[:6] == [
+        "geopilot",
+        "chat",
+        "--model",
+        str(first / "model"),
+        "--tools-config",
+        "configs/tools_examples.yaml",
+    ]
+    assert shlex.split(serve_line)[:2] == ["geopilot", "serve"]
     for picture in (
         "plots/loss.png",
         "plots/tsa_by_tool.png",
@@ -284,7 +323,9 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch):
     pasted = next(line for line in (second / "report.md").read_text().splitlines() if line.startswith("geopilot chat"))
     argv = shlex.split(pasted)
     assert argv[3] == "../second/model"
+    capsys.readouterr()
     assert main([*argv[1:], "--max-new-tokens", "8"]) == 0
+    assert capsys.readouterr().err.count("learned nothing") == 1  # the quick model says so, once
 
 
 @pytest.mark.slow
@@ -321,3 +362,61 @@ def test_a_demo_json_with_the_released_fingerprint_is_resumed_and_rewritten(tmp_
     assert json.loads(layout.settings.read_text())["fingerprint"] == settings.fingerprint()
     with pytest.raises(GeoPilotInputError, match=r"other settings \(seed: 0 -> 3\)"):
         check_out_dir(layout, DemoSettings.preset(quick=True, seed=3))
+
+
+def test_the_worked_examples_section_ends_the_report_with_chat_and_serve(tmp_path):
+    layout = Layout(tmp_path / "demo")
+    example = {
+        "image": "examples/images/airport.png",
+        "question": "How many planes are there in this image?",
+        "expected_tool": "detect_objects",
+        "plan": '{"actions": [{"tool": "detect_objects"}]}',
+        "tool_calls": [
+            {"tool": "detect_objects", "params": {"categories": ["plane"]}, "error": None, "provenance": "annotations"}
+        ],
+        "answer": "There is 1 plane.",
+        "outcome": "answered",
+        "right": True,
+        "picture": "airport.png",
+    }
+    results = {"examples": [example], "right": 1, "tools_config": "configs/tools_examples.yaml"}
+    layout.examples.mkdir(parents=True)
+    layout.plots.mkdir(parents=True)
+    shutil.copy(REPO / example["image"], layout.examples / example["picture"])
+    quick = worked_example_lines(layout, DemoSettings.preset(quick=True), results)
+    assert quick[0] == "## Worked examples" and QUICK_NOTICE in "\n".join(quick)
+    assert "1 of 1 answered right" in "\n".join(quick) and "(provenance: annotations)" in "\n".join(quick)
+    chat, serve = quick[-4:-2]
+    assert shlex.split(chat) == [
+        "geopilot",
+        "chat",
+        "--model",
+        str(layout.model),
+        "--tools-config",
+        "configs/tools_examples.yaml",
+        "--image",
+        "examples/images/airport.png",
+        "How many planes are there in this image?",
+    ]
+    assert shlex.split(serve) == [
+        "geopilot",
+        "serve",
+        "--model",
+        str(layout.model),
+        "--tools-config",
+        "configs/tools_examples.yaml",
+    ]
+    default = worked_example_lines(layout, DemoSettings.preset(quick=False), results)
+    assert QUICK_NOTICE not in "\n".join(default)
+    assert "](plots/worked_examples.png)" in "\n".join(default)
+    assert (layout.plots / "worked_examples.png").stat().st_size > 10_000
+
+
+def test_an_example_is_right_when_its_tool_answered_and_the_answer_says_the_number():
+    example = {"tool": "detect_objects", "answer_contains": "3"}
+    called = [{"tool": "detect_objects", "error": None}]
+    assert pipeline.example_right(example, called, "I found 3 planes.")
+    assert not pipeline.example_right(example, called, "I found 13 planes.")
+    assert not pipeline.example_right(example, [{"tool": "detect_all", "error": None}], "3 planes")
+    assert not pipeline.example_right(example, [{"tool": "detect_objects", "error": "boom"}], "3 planes")
+    assert pipeline.example_right({"tool": "extract_roads"}, [{"tool": "extract_roads", "error": None}], "Done.")

@@ -78,3 +78,24 @@ def test_ablate_alpha_tiny_writes_table_and_plot(tmp_path, capsys):
     assert "| Multi-Stage | α | OI | IC | OC | OP | SAR Avg | HRBEN Avg |" in table
     assert table.count("| ✓ |") == 5
     assert (tmp_path / "ablate" / "ablate_alpha.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("broken", ["sar_vqa", "optical_vqa", "stage2_config"])
+def test_ablate_alpha_checks_its_data_before_training_the_first_alpha(tmp_path, capsys, broken):
+    stage1 = tmp_path / "s1" / "export"
+    stage1.mkdir(parents=True)
+    (stage1 / "config.json").write_text("{}")
+    config = {
+        "stage1": str(stage1),
+        "stage2_config": str(REPO / "configs/tiny/stage2.yaml"),
+        "sar_vqa": str(write_sarlang(tmp_path / "sar")),
+        "optical_vqa": str(write_rsvqa(tmp_path / "hr", "hr")),
+        "out": str(tmp_path / "ablate"),
+    }
+    config[broken] = str(tmp_path / "missing")
+    path = tmp_path / "ablate.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["ablate-alpha", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{broken}: " in err
+    assert not (tmp_path / "ablate").exists()  # nothing trained, nothing written

@@ -1,22 +1,22 @@
-"""The web demo driven in headless Chromium (Debian `chromium` + `chromium-driver`, Selenium): upload an image,
-ask, see the answer, the reasoning, the tool calls and the image with the detections drawn. The screenshot is
-kept in build/test-artifacts/ (or $GEOPILOT_ARTIFACTS_DIR)."""
+"""The Gradio demo driven in headless Chromium (Debian `chromium` + `chromium-driver`, Selenium): sign in with a
+`?key=` link, upload an image, ask, see the answer and the drawn detections, follow up, stop a long answer, clear.
+A screenshot of each state goes to build/test-artifacts/ (or $GEOPILOT_ARTIFACTS_DIR); docs/images/web_*.png are
+copies of them."""
 
 from __future__ import annotations
 
-import base64
-import io
+import importlib.util
 import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from helpers.serving import KEY, png_bytes, serving
 from PIL import Image
 
 from geopilot.serving.api import create_app
 from geopilot.serving.config import ServeConfig
+from geopilot.serving.web import example_images
 
 pytestmark = pytest.mark.slow  # starts a browser
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,46 +24,98 @@ CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 @pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian's chromium and chromium-driver")
-def test_demo_upload_ask_and_see_the_drawn_result(scripted_pilot, tmp_path):
+def test_demo_upload_ask_follow_up_stop_and_clear(scripted_pilot, tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    scene = tmp_path / "scene.png"
-    scene.write_bytes(png_bytes(320, 240, seed=3))
-    app = create_app(scripted_pilot(delay_s=0.05), ServeConfig(model_name="geopilot-demo", api_key=KEY))
+    scene = ROOT / "examples" / "images" / "airport.png"
+    if not scene.exists():  # an installed copy without the examples folder
+        scene = tmp_path / "scene.png"
+        scene.write_bytes(png_bytes(320, 240, seed=3))
+    width, height = Image.open(scene).size
+    georeferenced = None
+    if importlib.util.find_spec("rasterio") is not None:
+        from helpers.geo_fixtures import write_scene
+
+        georeferenced = write_scene(tmp_path / "utm.tif")
+    config = ServeConfig(model_name="geopilot-demo", api_key=KEY)
+    app = create_app(scripted_pilot(delay_s=0.3), config, examples=example_images(scene.parent))
+    artifacts = Path(os.environ.get("GEOPILOT_ARTIFACTS_DIR", ROOT / "build" / "test-artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1000"):
         options.add_argument(flag)
     with serving(app) as url:
         driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+        wait = WebDriverWait(driver, 60)
+
+        def chat() -> str:
+            return driver.find_element(By.ID, "chat").text
+
+        def ask(question: str) -> None:
+            box = driver.find_element(By.CSS_SELECTOR, "#question textarea")
+            box.clear()
+            box.send_keys(question)
+            driver.find_element(By.ID, "ask").click()
+
+        def ask_enabled(d) -> bool:
+            return d.find_element(By.ID, "ask").is_enabled()
+
         try:
-            driver.execute_cdp_cmd("Network.enable", {})
-            driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {KEY}"}})
-            driver.get(url + "/demo")
-            assert "geopilot-demo" in driver.find_element(By.ID, "model").text
-            driver.find_element(By.ID, "image").send_keys(str(scene))
-            driver.find_element(By.ID, "question").send_keys("TOOL: how many planes are there?")
-            driver.find_element(By.ID, "send").click()
-            WebDriverWait(driver, 60).until(
-                lambda d: (
-                    d.find_element(By.ID, "status").get_attribute("data-done")
-                    or "error" in d.find_element(By.ID, "status").get_attribute("class")
+            driver.get(url + "/demo/")
+            assert "needs the API key" in driver.find_element(By.ID, "login-message").text
+            driver.find_element(By.ID, "key").send_keys(KEY)
+            driver.find_element(By.ID, "login").click()  # the form's ?key= becomes a cookie
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#upload input[type=file]"))
+            assert "geopilot-demo" in driver.title
+            driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(scene))
+            wait.until(lambda d: "modality" in d.find_element(By.ID, "image-info").text)
+            assert f"{width} x {height}" in driver.find_element(By.ID, "image-info").text
+            driver.save_screenshot(str(artifacts / "web_upload.png"))
+
+            ask("TOOL: how many planes are there?")
+            wait.until(lambda d: not ask_enabled(d))  # disabled while it runs
+            wait.until(lambda d: "There are 2 planes." in chat() and ask_enabled(d))
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#drawn img"))
+            assert driver.find_element(By.CSS_SELECTOR, "#drawn img").get_attribute("src")
+            driver.find_element(By.XPATH, "//*[normalize-space(text())='Plan and tool trace']").click()
+            wait.until(lambda d: "detect_objects" in d.find_element(By.ID, "trace").text)
+            driver.save_screenshot(str(artifacts / "web_answer.png"))
+
+            ask("and what else is there?")  # continues the conversation: the history's question gets answered
+            wait.until(lambda d: chat().count("There are 2 planes.") == 2 and ask_enabled(d))
+            assert "and what else is there?" in chat()
+            driver.save_screenshot(str(artifacts / "web_follow_up.png"))
+
+            ask("LONG: describe everything")
+            wait.until(lambda d: "LONG: describe everything" in chat() and not ask_enabled(d))
+            driver.find_element(By.ID, "stop").click()
+            wait.until(ask_enabled)
+            driver.save_screenshot(str(artifacts / "web_stopped.png"))
+            assert "A direct answer about the scene." not in chat() and "Stopped" in chat()
+
+            driver.find_element(By.ID, "clear").click()
+            wait.until(lambda d: "There are 2 planes." not in chat())
+            driver.save_screenshot(str(artifacts / "web_cleared.png"))
+
+            if georeferenced is not None:  # a GeoTIFF with a CRS: the Map tab draws the footprint offline
+                driver.find_element(By.CSS_SELECTOR, "#upload button[aria-label='Clear']").click()
+                wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#upload input[type=file]"))
+                driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(georeferenced))
+                wait.until(lambda d: "EPSG:32633" in d.find_element(By.ID, "image-info").text)
+                tabs = wait.until(
+                    lambda d: [
+                        t for t in d.find_elements(By.XPATH, "//button[normalize-space()='Map']") if t.is_displayed()
+                    ]
                 )
-            )
-            assert driver.find_element(By.ID, "status").get_attribute("class") != "error"
-            assert driver.find_element(By.ID, "answer").text == "There are 2 planes."
-            assert "detect_objects" in driver.find_element(By.ID, "tools").text
-            assert "Counting needs the detector." in driver.find_element(By.ID, "reasoning").text
-            drawn = driver.find_element(By.ID, "drawn").get_attribute("src")
-            assert drawn.startswith("data:image/png;base64,")
-            shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(drawn.split(",", 1)[1]))).convert("RGB"))
-            original = np.asarray(Image.open(scene).convert("RGB"))
-            assert shown.shape == original.shape and (shown != original).any(axis=2).mean() > 0.005  # boxes drawn
-            artifacts = Path(os.environ.get("GEOPILOT_ARTIFACTS_DIR", ROOT / "build" / "test-artifacts"))
-            artifacts.mkdir(parents=True, exist_ok=True)
-            assert driver.save_screenshot(str(artifacts / "demo.png"))
+                tabs[0].click()
+                frame = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#map iframe"))
+                driver.switch_to.frame(frame)
+                wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".leaflet-container path"))  # the footprint
+                driver.switch_to.default_content()
+                driver.save_screenshot(str(artifacts / "web_map.png"))
         finally:
             driver.quit()
