@@ -72,8 +72,10 @@ EXTRAS = {
         "selenium>=4.20",
     ],  # caption-metric parity test
     "eval": ["matplotlib>=3.8", "openai>=2.52"],  # leaderboard PNG; the OpenAI-compatible agent's client
+    # lmms-eval 0.7.3 pins wandb==0.25.0 (train needs >=0.31) and imports filelock._api (gone in filelock 4)
+    "lmms": ["lmms-eval==0.7.3", "filelock<4"],
 }
-EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
+EXTRAS["all"] = sorted({dep for name, deps in EXTRAS.items() if name != "lmms" for dep in deps})
 
 setup(
     name="geopilot",
@@ -86,10 +88,19 @@ setup(
         "geopilot": ["py.typed", "vocabulary.yaml"],
         "geopilot.serving": ["leaflet/*"],  # Leaflet 1.9.4 from npm (BSD-2): the demo's map works offline
         "geopilot.data_gen": ["prompts/*.txt"],
-        "geopilot.eval": ["data/*.jsonl", "data/*.json", "data/planning_images/*/*.jpg", "data/chain_images/*"],
+        "geopilot.eval": [
+            "data/*.jsonl",
+            "data/*.json",
+            "data/planning_images/*/*.jpg",
+            "data/chain_images/*",
+            "lmms_tasks/*",
+        ],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],
     },
     install_requires=CORE,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["geopilot=geopilot.cli:main"]},
+    entry_points={
+        "console_scripts": ["geopilot=geopilot.cli:main"],
+        "lmms_eval.models": ["geopilot=geopilot.eval.lmms_model:manifest"],
+    },
 )

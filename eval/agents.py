@@ -157,6 +157,17 @@ def _failed_run(err: Exception, started: float) -> AgentRun:
 # -- geopilot -----------------------------------------------------------------------------------------------------
 
 
+def geopilot_history(case: Case) -> list[dict] | None:
+    """A case's earlier exchange in GeoPilot's sample format (an assistant turn is a direct answer), or None."""
+    history = [
+        {"role": "user", "content": t.content}
+        if t.role == "user"
+        else {"role": "assistant", "reasoning": "", "actions": [], "value": t.content}
+        for t in case.history
+    ]
+    return history or None
+
+
 class GeoPilotAgent:
     name = "geopilot"
 
@@ -189,16 +200,10 @@ class GeoPilotAgent:
         started = time.perf_counter()
         try:
             torch.manual_seed(seed)
-            history = [
-                {"role": "user", "content": t.content}
-                if t.role == "user"
-                else {"role": "assistant", "reasoning": "", "actions": [], "value": t.content}
-                for t in case.history
-            ]
             result = self.pilot.chat(
                 str(image),
                 case.query,
-                history=history or None,
+                history=geopilot_history(case),
                 max_rounds=case.max_rounds,
                 generation=self.generation,
                 modality=case.modality,

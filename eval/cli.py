@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str] | Command] = {
         "geopilot.eval.indicator_suite",
         "the indicator case suite over a `geopilot synth-region` folder",
     ),
+    "lmms-tasks": ("geopilot.eval.lmms_tasks_cli", "print the folder of GeoPilot's lmms-eval tasks (--include_path)"),
     "leaderboard": ("geopilot.eval.leaderboard_cli", "compare run folders: Tables 5-7 + paired bootstrap CIs"),
     **{name: task_command(task) for name, task in TASKS.items()},
     "captions": CAPTIONS,

@@ -25,9 +25,10 @@ def read_predictions(path: Path) -> dict[str, dict]:
     return {record["id"]: record for _, record in iter_jsonl(path, "skip") if isinstance(record.get("id"), str)}
 
 
-def _record(item: EvalItem, result) -> dict:
+def prediction_record(item_id: str, result) -> dict:
+    """One prediction line: what scoring reads of a `ChatResult` (answer, outcome, error, every tool call)."""
     return {
-        "id": item.id,
+        "id": item_id,
         "answer": result.answer,
         "outcome": result.outcome,
         "error": result.error,
@@ -43,8 +44,8 @@ def _record(item: EvalItem, result) -> dict:
     }
 
 
-def _failed(item: EvalItem, err: Exception) -> dict:
-    return {"id": item.id, "answer": "", "outcome": "input_error", "error": str(err), "tool_calls": []}
+def failed_record(item_id: str, err: Exception) -> dict:
+    return {"id": item_id, "answer": "", "outcome": "input_error", "error": str(err), "tool_calls": []}
 
 
 def _batches(items: list[EvalItem], size: int) -> Iterable[list[EvalItem]]:
@@ -77,14 +78,14 @@ def predict(
         requests = [{"image": i.image, "query": i.prompt, "modality": i.modality} for i in batch]
         try:
             results = pilot.chat_batch(requests, max_rounds, generation)
-            records = [_record(i, r) for i, r in zip(batch, results, strict=True)]
+            records = [prediction_record(i.id, r) for i, r in zip(batch, results, strict=True)]
         except GeoPilotInputError:
             records = []
             for item, request in zip(batch, requests, strict=True):
                 try:
-                    records.append(_record(item, pilot.chat_batch([request], max_rounds, generation)[0]))
+                    records.append(prediction_record(item.id, pilot.chat_batch([request], max_rounds, generation)[0]))
                 except GeoPilotInputError as err:
-                    records.append(_failed(item, err))
+                    records.append(failed_record(item.id, err))
         append_jsonl(path, records)  # closes a line torn by a kill first: no record is glued onto it
         done.update((record["id"], record) for record in records)
     return done

@@ -40,6 +40,11 @@ def test_wheel_has_all_four_import_paths_and_imports_in_a_fresh_venv(tmp_path):
     assert {"geopilot/records.py", "geopilot/data_gen/generate.py"} <= set(names) and not any(
         n.startswith(("tools/", "eval/", "data_gen/")) for n in names
     )
+    shipped = {"utils.py", "_default.yaml", "placeholder.jsonl", "geopilot_planning.yaml", "geopilot_captions.yaml"}
+    assert {f"geopilot/eval/lmms_tasks/{name}" for name in shipped} <= set(names)  # `geopilot eval lmms-tasks`
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    declared = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[lmms_eval.models]\ngeopilot = geopilot.eval.lmms_model:manifest" in declared
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
