@@ -331,7 +331,7 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
 
 def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsys):
     cases_file, cases, out, rows = run_local_agent(
-        tmp_path, "geopilot", tiny_model_dir, every=3, seed="42", max_new_tokens="6"
+        tmp_path, "geopilot", tiny_model_dir, every=3, seed="42", max_new_tokens="32"
     )
     assert all(r["score"]["category"] != "infra_error" for r in rows)
     assert all(r["run"]["dialect"] in ("unparsable", "geopilot_json", "llava_plus") for r in rows)  # recorded per row
@@ -413,7 +413,7 @@ def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir, tiny_
         device="cpu",
         session_factory=Scripts(tiny_tokenizer, ["not a plan", plan, answer]),
     )
-    agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 8}, pilot=pilot)
+    agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 32}, pilot=pilot)
     run = agent.run(case, planning.image_path(case), seed=42)
     assert run.dialect == "geopilot_json" and run.answer == "None found." and run.rounds == 1
     assert [(c.tool, c.ok) for c in run.calls] == [("detect_objects", True)]
