@@ -166,7 +166,11 @@ def to_geojson(
     """An RFC 7946 FeatureCollection of the output, or None when the raster cannot be put in WGS 84."""
     if wgs84_problem(georef) is not None:
         return None
-    found = pixel_features(output, georef, tool, class_polygons, max_pixels)
+    return feature_collection(pixel_features(output, georef, tool, class_polygons, max_pixels), georef)
+
+
+def feature_collection(found: PixelFeatures, georef: GeoRef) -> dict:
+    """The RFC 7946 FeatureCollection of features already found (the raster must be one WGS 84 can hold)."""
     geometries = to_wgs84((to_native(f.geometry, georef) for f in found.features), georef.crs)
     features = [
         {"type": "Feature", "geometry": geometry, "properties": f.properties}

@@ -26,7 +26,7 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.fileio import staged
 from geopilot.loaded_image import GeoRef
 from geopilot.tool_output import MASK_MAX_PIXELS, ToolOutput
-from geopilot.tools.geo import PixelFeatures, mask_array, pixel_features, to_geojson, to_native, wgs84_problem
+from geopilot.tools.geo import PixelFeatures, feature_collection, mask_array, pixel_features, to_native, wgs84_problem
 
 GEOJSON_SUFFIXES = (".geojson", ".json")
 GPKG_SUFFIXES = (".gpkg",)
@@ -75,9 +75,10 @@ def export(
         raise GeoExportError("the image has no CRS: tool outputs are in pixel coordinates only, nothing to map")
     if suffix in RASTER_SUFFIXES:
         return write_class_raster(output, georef, path, max_pixels)
-    if suffix in GPKG_SUFFIXES:
-        return write_gpkg(output, georef, tool, path, class_polygons, max_pixels)
-    return write_geojson(output, georef, tool, path, class_polygons, max_pixels)
+    if suffix in GEOJSON_SUFFIXES and (problem := wgs84_problem(georef)) is not None:
+        raise GeoExportError(f"{problem}; write a .gpkg instead")
+    found = pixel_features(output, georef, tool, class_polygons, max_pixels)
+    return write_gpkg(found, georef, path) if suffix in GPKG_SUFFIXES else write_geojson(found, georef, path)
 
 
 def write_beside(
@@ -93,44 +94,28 @@ def write_beside(
     written = []
     has_geometry = output.detections or output.roads is not None or (class_polygons and output.segments)
     if has_geometry and georef.crs is not None:
+        found = pixel_features(output, georef, tool, class_polygons, max_pixels)
         if wgs84_problem(georef) is None:
-            written.append(write_geojson(output, georef, tool, folder / "output.geojson", class_polygons, max_pixels))
-        written.append(write_gpkg(output, georef, tool, folder / "output.gpkg", class_polygons, max_pixels))
+            written.append(write_geojson(found, georef, folder / "output.geojson"))
+        written.append(write_gpkg(found, georef, folder / "output.gpkg"))
     if georef.crs is not None and any(s.mask is not None for s in output.segments):
         written.append(write_class_raster(output, georef, folder / "classes.tif", max_pixels))
     return written
 
 
-def write_geojson(
-    output: ToolOutput,
-    georef: GeoRef,
-    tool: str,
-    path: Path,
-    class_polygons: bool = False,
-    max_pixels: int = MASK_MAX_PIXELS,
-) -> Written:
-    problem = wgs84_problem(georef)
-    if problem is not None:
-        raise GeoExportError(f"{problem}; write a .gpkg instead")
-    collection = to_geojson(output, georef, tool, class_polygons, max_pixels)
-    empty = pixel_features(output, georef, tool, class_polygons, max_pixels).empty_masks
+def write_geojson(found: PixelFeatures, georef: GeoRef, path: Path) -> Written:
+    """The features as an RFC 7946 FeatureCollection (the raster must be one WGS 84 can hold)."""
+    collection = feature_collection(found, georef)
     with staged(path) as staging:
         staging.write_text(json.dumps(collection) + "\n", encoding="utf-8")
-    return Written(path, len(collection["features"]), empty)
+    return Written(path, len(collection["features"]), found.empty_masks)
 
 
-def write_gpkg(
-    output: ToolOutput,
-    georef: GeoRef,
-    tool: str,
-    path: Path,
-    class_polygons: bool = False,
-    max_pixels: int = MASK_MAX_PIXELS,
-) -> Written:
+def write_gpkg(found: PixelFeatures, georef: GeoRef, path: Path) -> Written:
+    """The features as a GeoPackage in the raster's own CRS, one layer a feature kind."""
     import shapely
     from pyogrio import raw
 
-    found: PixelFeatures = pixel_features(output, georef, tool, class_polygons, max_pixels)
     layers = dict.fromkeys(f.layer for f in found.features) or {"detections": None}
     with staged(path) as staging:  # a fresh file, not layers appended to an old one
         for layer in layers:

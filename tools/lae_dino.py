@@ -92,7 +92,8 @@ class VisGTEncoder(GroundingDinoEncoder):
         spatial_shapes,
         spatial_shapes_list,
         level_start_index,
-        valid_ratios,
+        valid_ratios=None,
+        **_other_encoder_inputs,  # the rest of the encoder's inputs, when called with all of them
     ):
         """(batch, 1, d_model): the valid image tokens after the VisGT layers, averaged.
 
@@ -114,32 +115,10 @@ class VisGTEncoder(GroundingDinoEncoder):
         weights = valid.unsqueeze(-1).to(hidden.dtype)
         return (hidden * weights).sum(dim=1, keepdim=True) / weights.sum(dim=1, keepdim=True).clamp(min=1.0)
 
-    def forward(
-        self,
-        vision_features,
-        vision_attention_mask,
-        vision_position_embedding,
-        spatial_shapes,
-        spatial_shapes_list,
-        level_start_index,
-        valid_ratios=None,
-        text_features=None,
-        **kwargs,
-    ):
-        prior = self.visual_text_prior(
-            vision_features, vision_attention_mask, spatial_shapes, spatial_shapes_list, level_start_index, valid_ratios
-        )
-        return super().forward(
-            vision_features,
-            vision_attention_mask,
-            vision_position_embedding,
-            spatial_shapes,
-            spatial_shapes_list,
-            level_start_index,
-            valid_ratios=valid_ratios,
-            text_features=text_features + prior,
-            **kwargs,
-        )
+    def forward(self, text_features=None, **encoder_inputs):
+        # GroundingDinoModel passes its encoder every input by name; the VisGT prior is added to the text features
+        prior = self.visual_text_prior(**encoder_inputs)
+        return super().forward(text_features=text_features + prior, **encoder_inputs)
 
 
 class LaeDinoForObjectDetection(GroundingDinoForObjectDetection):

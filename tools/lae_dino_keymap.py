@@ -36,12 +36,17 @@ DROPPED = {
 UNUSED_LOCAL = (rf"{re.escape(SWIN)}\.swin\.layernorm\.(weight|bias)",)
 
 _DEFORMABLE = r"(sampling_offsets|attention_weights|value_proj|output_proj)\.(weight|bias)"
-_FFN_NORMS_ENCODER = {
-    r"norms\.0": "self_attn_layer_norm",
-    r"ffn\.layers\.0\.0": "fc1",
-    r"ffn\.layers\.1": "fc2",
-    r"norms\.1": "final_layer_norm",
-}
+# mmcv's FFN (Sequential(Linear, act, dropout), Linear) -> HF's fc1, fc2; the same in every layer that has one
+_FFN = {r"ffn\.layers\.0\.0": "fc1", r"ffn\.layers\.1": "fc2"}
+_FFN_NORMS_ENCODER = {r"norms\.0": "self_attn_layer_norm", **_FFN, r"norms\.1": "final_layer_norm"}
+
+
+def _per_layer(upstream: str, hf_layers: str, parts: dict[str, str], module: str = "") -> list[tuple[str, str]]:
+    """The renames of the (weight|bias) parts of a repeated layer: `upstream.N.PART` -> `hf_layers.N.module+HF_PART`."""
+    return [
+        (rf"{upstream}\.(\d+)\.{up}\.(weight|bias)", rf"{hf_layers}.\1.{module}{hf}.\2") for up, hf in parts.items()
+    ]
+
 
 # (upstream regex, HF template); applied to whole keys, first match wins (`geopilot.tools.keymap.KeyRenames`).
 RENAMES: list[tuple[str, str]] = [
@@ -90,73 +95,41 @@ RENAMES: list[tuple[str, str]] = [
     (r"text_feat_map\.(weight|bias)", r"model.text_projection.\1"),
     # VisGT pre-encoder: deformable self-attention layers only
     (rf"pre_encoder\.layers\.(\d+)\.self_attn\.{_DEFORMABLE}", r"model.encoder.visgt_layers.\1.self_attn.\2.\3"),
-    *[
-        (rf"pre_encoder\.layers\.(\d+)\.{up}\.(weight|bias)", rf"model.encoder.visgt_layers.\1.{hf}.\2")
-        for up, hf in _FFN_NORMS_ENCODER.items()
-    ],
+    *_per_layer(r"pre_encoder\.layers", "model.encoder.visgt_layers", _FFN_NORMS_ENCODER),
     # fusion encoder
     (r"encoder\.fusion_layers\.(\d+)\.gamma_v", r"model.encoder.layers.\1.fusion_layer.vision_param"),
     (r"encoder\.fusion_layers\.(\d+)\.gamma_l", r"model.encoder.layers.\1.fusion_layer.text_param"),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.layer_norm_v\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.layer_norm_vision.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.layer_norm_l\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.layer_norm_text.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.attn\.v_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.attn.vision_proj.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.attn\.l_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.attn.text_proj.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.attn\.values_v_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.attn.values_vision_proj.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.attn\.values_l_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.attn.values_text_proj.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.attn\.out_v_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.attn.out_vision_proj.\2",
-    ),
-    (
-        r"encoder\.fusion_layers\.(\d+)\.attn\.out_l_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.fusion_layer.attn.out_text_proj.\2",
+    *_per_layer(
+        r"encoder\.fusion_layers",
+        "model.encoder.layers",
+        {
+            "layer_norm_v": "layer_norm_vision",
+            "layer_norm_l": "layer_norm_text",
+            r"attn\.v_proj": "attn.vision_proj",
+            r"attn\.l_proj": "attn.text_proj",
+            r"attn\.values_v_proj": "attn.values_vision_proj",
+            r"attn\.values_l_proj": "attn.values_text_proj",
+            r"attn\.out_v_proj": "attn.out_vision_proj",
+            r"attn\.out_l_proj": "attn.out_text_proj",
+        },
+        module="fusion_layer.",
     ),
     (rf"encoder\.layers\.(\d+)\.self_attn\.{_DEFORMABLE}", r"model.encoder.layers.\1.deformable_layer.self_attn.\2.\3"),
-    *[
-        (rf"encoder\.layers\.(\d+)\.{up}\.(weight|bias)", rf"model.encoder.layers.\1.deformable_layer.{hf}.\2")
-        for up, hf in _FFN_NORMS_ENCODER.items()
-    ],
+    *_per_layer(r"encoder\.layers", "model.encoder.layers", _FFN_NORMS_ENCODER, module="deformable_layer."),
     (
         r"encoder\.text_layers\.(\d+)\.self_attn\.attn\.(query|key|value)_split\.(weight|bias)",
         r"model.encoder.layers.\1.text_enhancer_layer.self_attn.\2.\3",
     ),
-    (
-        r"encoder\.text_layers\.(\d+)\.self_attn\.attn\.out_proj\.(weight|bias)",
-        r"model.encoder.layers.\1.text_enhancer_layer.self_attn.out_proj.\2",
-    ),
-    (
-        r"encoder\.text_layers\.(\d+)\.norms\.0\.(weight|bias)",
-        r"model.encoder.layers.\1.text_enhancer_layer.layer_norm_before.\2",
-    ),
-    (
-        r"encoder\.text_layers\.(\d+)\.ffn\.layers\.0\.0\.(weight|bias)",
-        r"model.encoder.layers.\1.text_enhancer_layer.fc1.\2",
-    ),
-    (
-        r"encoder\.text_layers\.(\d+)\.ffn\.layers\.1\.(weight|bias)",
-        r"model.encoder.layers.\1.text_enhancer_layer.fc2.\2",
-    ),
-    (
-        r"encoder\.text_layers\.(\d+)\.norms\.1\.(weight|bias)",
-        r"model.encoder.layers.\1.text_enhancer_layer.layer_norm_after.\2",
+    *_per_layer(
+        r"encoder\.text_layers",
+        "model.encoder.layers",
+        {
+            r"self_attn\.attn\.out_proj": "self_attn.out_proj",
+            r"norms\.0": "layer_norm_before",
+            **_FFN,
+            r"norms\.1": "layer_norm_after",
+        },
+        module="text_enhancer_layer.",
     ),
     # decoder
     (r"decoder\.norm\.(weight|bias)", r"model.decoder.layer_norm.\1"),
@@ -165,25 +138,30 @@ RENAMES: list[tuple[str, str]] = [
         r"decoder\.layers\.(\d+)\.self_attn\.attn\.(query|key|value)_split\.(weight|bias)",
         r"model.decoder.layers.\1.self_attn.\2.\3",
     ),
-    (
-        r"decoder\.layers\.(\d+)\.self_attn\.attn\.out_proj\.(weight|bias)",
-        r"model.decoder.layers.\1.self_attn.out_proj.\2",
+    *_per_layer(
+        r"decoder\.layers",
+        "model.decoder.layers",
+        {r"self_attn\.attn\.out_proj": "self_attn.out_proj", r"norms\.0": "self_attn_layer_norm"},
     ),
-    (r"decoder\.layers\.(\d+)\.norms\.0\.(weight|bias)", r"model.decoder.layers.\1.self_attn_layer_norm.\2"),
     (
         r"decoder\.layers\.(\d+)\.cross_attn_text\.attn\.(query|key|value)_split\.(weight|bias)",
         r"model.decoder.layers.\1.encoder_attn_text.\2.\3",
     ),
-    (
-        r"decoder\.layers\.(\d+)\.cross_attn_text\.attn\.out_proj\.(weight|bias)",
-        r"model.decoder.layers.\1.encoder_attn_text.out_proj.\2",
+    *_per_layer(
+        r"decoder\.layers",
+        "model.decoder.layers",
+        {r"cross_attn_text\.attn\.out_proj": "encoder_attn_text.out_proj", r"norms\.1": "encoder_attn_text_layer_norm"},
     ),
-    (r"decoder\.layers\.(\d+)\.norms\.1\.(weight|bias)", r"model.decoder.layers.\1.encoder_attn_text_layer_norm.\2"),
     (rf"decoder\.layers\.(\d+)\.cross_attn\.{_DEFORMABLE}", r"model.decoder.layers.\1.encoder_attn.\2.\3"),
-    (r"decoder\.layers\.(\d+)\.norms\.2\.(weight|bias)", r"model.decoder.layers.\1.encoder_attn_layer_norm.\2"),
-    (r"decoder\.layers\.(\d+)\.ffn\.layers\.0\.0\.(weight|bias)", r"model.decoder.layers.\1.fc1.\2"),
-    (r"decoder\.layers\.(\d+)\.ffn\.layers\.1\.(weight|bias)", r"model.decoder.layers.\1.fc2.\2"),
-    (r"decoder\.layers\.(\d+)\.norms\.3\.(weight|bias)", r"model.decoder.layers.\1.final_layer_norm.\2"),
+    *_per_layer(
+        r"decoder\.layers",
+        "model.decoder.layers",
+        {
+            r"norms\.2": "encoder_attn_layer_norm",
+            **_FFN,
+            r"norms\.3": "final_layer_norm",
+        },
+    ),
     # two-stage query selection
     (r"level_embed", r"model.level_embed"),
     (r"query_embedding\.weight", r"model.query_position_embeddings.weight"),

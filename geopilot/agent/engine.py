@@ -73,6 +73,7 @@ class LocalEngine:
         self.family = family_of_model(model)
         self._grammars: PlanGrammars | None = None
         self.prefix_cache: PrefixCache | None = prefix_cache
+        self.default_sessions = session_factory is None  # KVSession: a per-step scheduler may drive the model itself
         self.session_factory = session_factory or (
             lambda prompts, pixels, options, **images: KVSession(
                 model, self.tokenizer, prompts, pixels, options, **images

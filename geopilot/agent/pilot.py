@@ -224,6 +224,10 @@ class GeoPilot:
         options, max_rounds = checked_options(generation), checked_rounds(max_rounds)
         return AnswerStream(lambda on_text: self._run([prepared], max_rounds, options, on_text)[0])
 
+    def prepare(self, request: ChatRequest | dict) -> PreparedRequest:
+        """`request` checked, its image loaded and its prompt rendered (what `geopilot serve --scheduler step` runs)."""
+        return self._prepare(to_chat_request(request))
+
     # -- the loop -----------------------------------------------------------------------------------------------------
 
     def _prepare(self, request: ChatRequest) -> PreparedRequest:

@@ -48,6 +48,7 @@ from geopilot.serving.protocol import (
     ChatCompletionRequest,
     tool_call_entries,
 )
+from geopilot.serving.scheduler import make_batcher
 from geopilot.serving.security import (
     BodyLimit,
     ServeError,
@@ -97,7 +98,7 @@ def create_app(
 ):
     """The FastAPI app serving `pilot` (a GeoPilot, or the endpoint-backed one) under `config`'s limits, with the
     web demo (geopilot.serving.web) at /demo: `tools_line` its tool status line, `examples` its example images."""
-    batcher = batcher or Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
+    batcher = batcher or make_batcher(pilot, config)
     policy = UrlPolicy(config.allowed_url_hosts, config.url_timeout_s, config.max_body_bytes)
 
     @asynccontextmanager
@@ -157,6 +158,7 @@ def create_app(
                 f"model {clipped(repr(body.model))} does not exist; this server has {config.model_name!r}",
                 code="model_not_found",
             )
+        _check_budget(batcher, body)
         slot = admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
             image = await image_source(body, policy, deadline)
@@ -187,6 +189,18 @@ def _peer(request: Request) -> str:
 
 def _model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "geopilot"}
+
+
+def _check_budget(batcher: Batcher, body: ChatCompletionRequest) -> None:
+    """400 for a max_tokens the step scheduler's KV budget could never hold (it is not silently cut to fit)."""
+    budget = getattr(batcher, "kv_budget_tokens", None)
+    asked = pick(body.max_completion_tokens, body.max_tokens)
+    if budget is not None and asked is not None and asked > budget:
+        raise ServeError(
+            400,
+            f"max_tokens={asked} exceeds the server's KV budget of {budget} tokens (--kv-budget-tokens)",
+            code="bad_request",
+        )
 
 
 def _give_up(batcher: Batcher, job: Job, future: asyncio.Future) -> None:

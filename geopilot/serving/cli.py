@@ -3,6 +3,7 @@
 
     geopilot serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY | env GEOPILOT_API_KEY]
                    [--tools configs/tools.yaml] [--max-batch N] [--batch-wait-ms MS] [--controller URL]
+                   [--scheduler step|static] [--kv-budget-tokens N]
                    [--engine-url URL] [--allow-unknown-tools] [--prefix-cache N] [--prefix-cache-ttl S]
                    [--examples DIR]
 
@@ -30,6 +31,8 @@ SERVE_FLAGS = {
     "host": Flag("--host"),
     "max_batch": Flag("--max-batch"),
     "batch_wait_ms": Flag("--batch-wait-ms"),
+    "scheduler": Flag("--scheduler"),
+    "kv_budget_tokens": Flag("--kv-budget-tokens"),
     "max_concurrency": Flag("--max-concurrency"),
     "request_timeout_s": Flag("--request-timeout"),
     "tool_timeout_s": Flag("--tool-timeout"),

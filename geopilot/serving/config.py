@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from geopilot.config import StrictConfig
@@ -17,7 +19,13 @@ class ServeConfig(StrictConfig):
         "127.0.0.1",
         description="address to bind; a keyless server answers only to loopback Host headers and this one",
     )
-    max_batch: int = Field(8, ge=1, description="requests per batched chat (1: no batching)")
+    max_batch: int = Field(8, ge=1, description="requests decoded together (1: no batching)")
+    scheduler: Literal["step", "static"] = Field(
+        "step", description="step: requests join and leave the batch at every decoding step; static: per wait window"
+    )
+    kv_budget_tokens: int = Field(
+        0, ge=0, description="KV cache tokens the running requests may hold (step scheduler; 0: from free memory)"
+    )
     batch_wait_ms: float = Field(10.0, ge=0, description="how long the first request of a batch waits for company")
     max_concurrency: int = Field(64, ge=1, description="requests admitted at once (running + queued); more get 503")
     request_timeout_s: float = Field(300.0, gt=0, description="seconds per request (then 504)")

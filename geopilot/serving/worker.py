@@ -45,6 +45,7 @@ from geopilot.network import BrowserGate, loopback_host_names
 from geopilot.serving.batcher import Batcher, Busy, Job
 from geopilot.serving.chat_request import MIN_TEMPERATURE, chat_request
 from geopilot.serving.config import ServeConfig
+from geopilot.serving.scheduler import make_batcher
 from geopilot.serving.security import BodyLimit, ServeError, decode_base64_image, parse_json
 from geopilot.serving.stops import cut
 
@@ -262,7 +263,7 @@ def serve_worker(pilot, config: ServeConfig, controller: str, host: str, port: i
     import uvicorn
     from fastchat.serve import base_model_worker
 
-    batcher = Batcher(pilot, config.max_batch, config.batch_wait_ms / 1000, config.max_concurrency)
+    batcher = make_batcher(pilot, config)
     worker = GeoPilotWorker(pilot, config, controller.rstrip("/"), f"http://{host}:{port}", batcher)
     worker.init_heart_beat()
     try:

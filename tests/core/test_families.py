@@ -239,30 +239,18 @@ def test_a_session_keeps_its_positions_when_another_ran_between_its_turns(qwen):
     tok = processor.tokenizer
     options = GenerationOptions(max_new_tokens=3, min_new_tokens=3)
     tail = qwen2_5_vl.tail_ids(tok, "tool", "detect_objects output: {}")
+
+    def one_image_session(image: Image.Image, question: str) -> KVSession:
+        inputs = processor.image_processor(images=[image], return_tensors="pt")
+        prompt = _prompt(processor, image, question)
+        return KVSession(model, tok, [prompt], inputs["pixel_values"], options, image_grid_thw=inputs["image_grid_thw"])
+
     answers = []
     for interleave in (False, True):
-        image = _image(84, 56, 3)
-        inputs = processor.image_processor(images=[image], return_tensors="pt")
-        session = KVSession(
-            model,
-            tok,
-            [_prompt(processor, image, "Where?")],
-            inputs["pixel_values"],
-            options,
-            image_grid_thw=inputs["image_grid_thw"],
-        )
+        session = one_image_session(_image(84, 56, 3), "Where?")
         session.generate([0])
         if interleave:  # another conversation, with a larger image, runs in between
-            other = _image(280, 280, 4)
-            more = processor.image_processor(images=[other], return_tensors="pt")
-            KVSession(
-                model,
-                tok,
-                [_prompt(processor, other, "Count.")],
-                more["pixel_values"],
-                options,
-                image_grid_thw=more["image_grid_thw"],
-            ).generate([0])
+            one_image_session(_image(280, 280, 4), "Count.").generate([0])
         answers.append(session.generate([0], [tail], keep_logits=True)[0].logits)
     torch.testing.assert_close(answers[0], answers[1], atol=1e-5, rtol=0)
 

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from helpers.bench_fixtures import write_referring, write_rsvqa, write_sarlang
+from helpers.bench_fixtures import TASK_FOLDERS
 
 from geopilot.cli import main
 from geopilot.eval import lmms_docs
@@ -17,19 +17,11 @@ from geopilot.eval.benchmark_tasks import TASKS
 from geopilot.eval.lmms_tasks_cli import tasks_folder
 from geopilot.eval.loaders.common import BenchmarkError
 
-DATA = {
-    "geopilot_rsvqa_lr": lambda root: write_rsvqa(root / "lr", "lr"),
-    "geopilot_rsvqa_hr": lambda root: write_rsvqa(root / "hr", "hr"),
-    "geopilot_referring": lambda root: write_referring(root / "ref"),
-    "geopilot_sar_vqa": lambda root: write_sarlang(root / "sar"),
-    "geopilot_captions": lambda root: write_sarlang(root / "cap"),
-}
-
 
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory):
     root = tmp_path_factory.mktemp("lmms")
-    return {task: write(root) for task, write in DATA.items()}
+    return {task: TASK_FOLDERS[benchmark](root) for task, benchmark in lmms_docs.BENCHMARKS.items()}
 
 
 def _box_text(item) -> str:
@@ -53,7 +45,7 @@ def _answers(loaded, task: str) -> dict[str, str]:
     return answers
 
 
-@pytest.mark.parametrize("task", list(DATA))
+@pytest.mark.parametrize("task", list(lmms_docs.BENCHMARKS))
 @pytest.mark.parametrize("reply_kind", ["geopilot_record", "plain"])
 def test_the_same_predictions_score_identically_through_geopilot_eval_and_lmms(task, reply_kind, roots, monkeypatch):
     monkeypatch.setenv(lmms_docs.data_variable(task), str(roots[task]))

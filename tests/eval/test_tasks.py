@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers.bench_fixtures import _image, write_referring, write_rsvqa, write_sarlang
+from helpers.bench_fixtures import TASK_FOLDERS, _image, write_referring
 from PIL import Image
 from pydantic import BaseModel, ConfigDict
 
@@ -16,19 +16,11 @@ from geopilot.cli import main
 from geopilot.tool_output import Detection, SegmentClass, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 
-TASK_DATA = {
-    "rsvqa-lr": lambda root: write_rsvqa(root / "lr", "lr"),
-    "rsvqa-hr": lambda root: write_rsvqa(root / "hr", "hr"),
-    "referring": lambda root: write_referring(root / "ref"),
-    "sar-vqa": lambda root: write_sarlang(root / "sar"),
-    "sar-caption": lambda root: write_sarlang(root / "sarcap"),
-}
-
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
-    return {name: write(root) for name, write in TASK_DATA.items()}
+    return {name: write(root) for name, write in TASK_FOLDERS.items()}
 
 
 def _eval(task, model, data, out, *extra):
@@ -53,7 +45,7 @@ def _eval(task, model, data, out, *extra):
     return main(argv)
 
 
-@pytest.mark.parametrize("task", list(TASK_DATA))
+@pytest.mark.parametrize("task", list(TASK_FOLDERS))
 def test_every_task_runs_with_a_tiny_model_and_writes_its_report(task, bench, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / task
     assert _eval(task, tiny_model_dir, bench[task], out) == 0

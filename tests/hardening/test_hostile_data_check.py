@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.hostile import run_cli
+from helpers.hostile import not_a_small_file, run_cli
 from PIL import Image
 
 from geopilot.data_gen.readers.common import DATASET_FILE_MAX_BYTES, LABEL_FILE_MAX_BYTES
@@ -70,7 +70,7 @@ def test_a_large_label_file_under_the_limit_is_still_read(tmp_path):
     ("config", "message"),
     [
         ("fifo", "is a FIFO"),
-        ("/dev/zero", "character device"),
+        ("dev_zero", "character device"),
         pytest.param("sparse", "over the limit of", marks=pytest.mark.slow),
         ("deep", "nested too deep"),
         pytest.param("binary", "not UTF-8", marks=pytest.mark.slow),
@@ -78,17 +78,12 @@ def test_a_large_label_file_under_the_limit_is_still_read(tmp_path):
     ],
 )
 def test_configs_that_are_not_small_yaml_files(tmp_path, config, message):
-    path = tmp_path / "config.yaml"
-    if config == "fifo":
-        os.mkfifo(path)
-    elif config == "sparse":
-        with path.open("wb") as handle:
-            handle.truncate(2 * 2**30)
-    elif config == "deep":
+    path = not_a_small_file(tmp_path / "config.yaml", config)
+    if config == "deep":
         path.write_text("a: " + "[" * 50_000 + "]" * 50_000)
     elif config == "binary":
         path.write_bytes(b"\xff\xfe\x00\x01sources: []")
-    assert message in check(tmp_path, path if config != "/dev/zero" else config).refused()
+    assert message in check(tmp_path, path).refused()
 
 
 def test_a_sparse_annotation_file_the_whole_source_hangs_on_is_refused_from_its_size(tmp_path):

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from helpers.hostile import run_cli
+from helpers.hostile import not_a_small_file, run_cli
 
 rasterio = pytest.importorskip("rasterio")
 pytest.importorskip("pyogrio")
@@ -134,15 +134,7 @@ def test_the_same_file_given_as_image_and_output_is_refused(tmp_path, scene):
     "kind", ["fifo", "dev_zero", "sparse", pytest.param("folder", marks=pytest.mark.slow), "missing"]
 )
 def test_tool_outputs_that_are_not_small_regular_files(tmp_path, scene, kind):
-    path = tmp_path / "output.json"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "sparse":
-        with path.open("wb") as handle:
-            handle.truncate(2 * 2**30)  # 2 GB claimed, nothing on disk
-    elif kind == "folder":
-        path.mkdir()
-    given = {"dev_zero": "/dev/zero"}.get(kind, str(path))
+    given = not_a_small_file(tmp_path / "output.json", kind)
     line = export(tmp_path, scene, given, tmp_path / "o.geojson").refused()
     expected = {
         "fifo": "is a FIFO",

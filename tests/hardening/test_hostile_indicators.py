@@ -11,6 +11,7 @@ import json
 import httpx
 import pytest
 from helpers.bounded import ServerLog, assert_bounded, assert_one_line, measured
+from helpers.mcp_http import MCP_HEADERS, MCP_INITIALIZE
 from helpers.serving import serving
 
 from geopilot.cli import main
@@ -95,20 +96,15 @@ def test_with_a_key_any_host_is_answered_but_only_with_the_key(monkeypatch, cata
 
 
 def test_the_indicator_tools_over_mcp_http_answer_only_to_loopback_host_names(monkeypatch, catalog):
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     app = built_app(monkeypatch, ["mcp", "--transport", "http", "--catalog", catalog, "--host", "127.0.0.3"])
     with serving(app) as url:
         port = url.rsplit(":", 1)[1]
         for host in FOREIGN:
-            reply = httpx.post(url + "/mcp", json=init, headers={**headers, "host": host.format(port=port)})
+            reply = httpx.post(
+                url + "/mcp", json=MCP_INITIALIZE, headers={**MCP_HEADERS, "host": host.format(port=port)}
+            )
             assert_refused(reply, 421, "bad_host")
-        reply = httpx.post(url + "/mcp", json=init, headers={**headers, "host": f"127.0.0.3:{port}"})
+        reply = httpx.post(url + "/mcp", json=MCP_INITIALIZE, headers={**MCP_HEADERS, "host": f"127.0.0.3:{port}"})
         assert reply.status_code == 200, reply.text[:300]
 
 

@@ -12,20 +12,12 @@ import httpx
 import pytest
 from helpers.bounded import ServerLog, assert_bounded, assert_one_line, measured
 from helpers.scripted import Detector, KeywordSession
-from helpers.serving import KEY, MODEL, image_message, serving
+from helpers.serving import DETECT, KEY, MODEL, client_tool, image_message, nested_schema, serving
 
 from geopilot.json_limits import MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH, check_tool_schema
 from geopilot.serving.protocol import MAX_TOOLS
 
 AUTH = {"authorization": f"Bearer {KEY}"}
-DETECT = {
-    "type": "function",
-    "function": {
-        "name": "detect_objects",
-        "description": "finds objects",
-        "parameters": {"type": "object", "properties": {"categories": {"type": "array"}}},
-    },
-}
 MB = 2**20
 
 
@@ -45,19 +37,6 @@ def served(tiny):
     config = ServeConfig(model_name=MODEL, api_key=KEY, allow_unknown_tools=True)
     with serving(create_app(pilot, config)) as base, ServerLog() as log:
         yield base, log
-
-
-def tool(name: str, description: str = "a client tool", parameters: dict | None = None) -> dict:
-    function = {"name": name, "description": description, "parameters": parameters or {"type": "object"}}
-    return {"type": "function", "function": function}
-
-
-def nested_schema(levels: int) -> dict:
-    """An object schema whose properties nest `levels` objects deep (two JSON levels per object)."""
-    schema: dict = {"type": "string"}
-    for _ in range(levels):
-        schema = {"type": "object", "properties": {"inner": schema}}
-    return schema
 
 
 def nested_json(levels: int) -> str:
@@ -80,17 +59,17 @@ def chat(messages: list, tools: list | None = None, **extra) -> dict:
 CASES = {
     # item 4: every string counts against --max-text-chars (100,000 by default)
     "15 MB tool description": (
-        lambda: chat(image_message("hi"), [tool("count_cars", "d" * (15 * MB))]),
+        lambda: chat(image_message("hi"), [client_tool("count_cars", "d" * (15 * MB))]),
         400,
         "context_length_exceeded",
     ),
     "2 MB of tool names and descriptions over 60 tools": (
-        lambda: chat(image_message("hi"), [tool(f"t{i}", "d" * 35_000) for i in range(60)]),
+        lambda: chat(image_message("hi"), [client_tool(f"t{i}", "d" * 35_000) for i in range(60)]),
         400,
         "context_length_exceeded",
     ),
     "a 60,000-character question and a 60,000-character description": (
-        lambda: chat(image_message("q" * 60_000), [tool("count_cars", "d" * 60_000)]),
+        lambda: chat(image_message("q" * 60_000), [client_tool("count_cars", "d" * 60_000)]),
         400,
         "context_length_exceeded",
     ),
@@ -107,13 +86,13 @@ CASES = {
     ),
     # item 4: schema depth and size, tool count
     "schema 40 objects deep": (
-        lambda: chat(image_message("hi"), [tool("deep", parameters=nested_schema(40))]),
+        lambda: chat(image_message("hi"), [client_tool("deep", parameters=nested_schema(40))]),
         400,
         None,
     ),
     "schema 3000 levels deep": (  # past what json.dumps (and pydantic-core) recurse through: written as text
         lambda: (
-            json.dumps(chat(image_message("hi"), [tool("deep", parameters={"type": "object"})]))
+            json.dumps(chat(image_message("hi"), [client_tool("deep", parameters={"type": "object"})]))
             .replace('{"type": "object"}', '{"p":' * 3000 + "1" + "}" * 3000)
             .encode()
         ),
@@ -123,17 +102,21 @@ CASES = {
     "schema of 60,000 characters": (
         lambda: chat(
             image_message("hi"),
-            [tool("wide", parameters={"type": "object", "enum": [f"v{i:05d}" for i in range(6000)]})],
+            [client_tool("wide", parameters={"type": "object", "enum": [f"v{i:05d}" for i in range(6000)]})],
         ),
         400,
         None,
     ),
     f"{MAX_TOOLS + 1} tools": (
-        lambda: chat(image_message("hi"), [tool(f"t{i}") for i in range(MAX_TOOLS + 1)]),
+        lambda: chat(image_message("hi"), [client_tool(f"t{i}") for i in range(MAX_TOOLS + 1)]),
         400,
         None,
     ),
-    "a schema that is not an object": (lambda: chat(image_message("hi"), [tool("x", parameters=[1])]), 400, None),
+    "a schema that is not an object": (
+        lambda: chat(image_message("hi"), [client_tool("x", parameters=[1])]),
+        400,
+        None,
+    ),
     # item 4: deeply nested tool results and arguments are 400, never a 500
     "tool message JSON 260 levels deep": (lambda: chat(history(result=nested_json(260)), [DETECT]), 400, None),
     "tool message JSON 5000 levels deep": (lambda: chat(history(result=nested_json(5000)), [DETECT]), 400, None),

@@ -4,12 +4,11 @@ is written over the input. Each case starts a process (~2 s here): variations of
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 
 import pytest
-from helpers.hostile import run_cli
+from helpers.hostile import not_a_small_file, run_cli
 from PIL import Image
 
 
@@ -61,12 +60,7 @@ def test_png_headers_claiming_huge_sizes_are_refused_before_decoding(tmp_path, w
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", pytest.param("folder", marks=pytest.mark.slow), "missing"])
 def test_images_that_are_not_regular_files(tmp_path, kind):
-    path = tmp_path / "scene.png"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "folder":
-        path.mkdir()
-    given = "/dev/zero" if kind == "dev_zero" else path
+    given = not_a_small_file(tmp_path / "scene.png", kind)
     line = tools_run(tmp_path, "remove_clouds", "--image", given).refused()
     expected = {"fifo": "is a FIFO", "dev_zero": "character device", "folder": "directory", "missing": "not found"}
     assert expected[kind] in line and (kind != "missing" or "scene.png" in line)

@@ -3,26 +3,21 @@ user owns: exit 2, one line on stderr, no traceback (config cases in a fresh pro
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from helpers.hostile import run_cli
+from helpers.hostile import not_a_small_file, run_cli
 
 from geopilot.commands import train as command
 
 
 @pytest.mark.parametrize(
     ("config", "message"),
-    [("fifo", "is a FIFO"), ("/dev/zero", "character device"), ("deep", "nested too deep")],
+    [("fifo", "is a FIFO"), ("dev_zero", "character device"), ("deep", "nested too deep")],
 )
 def test_configs_that_are_not_small_yaml_files(tmp_path, config, message):
-    path = tmp_path / "stage1.yaml"
-    if config == "fifo":
-        os.mkfifo(path)
-    elif config == "deep":
+    path = not_a_small_file(tmp_path / "stage1.yaml", config)
+    if config == "deep":
         path.write_text("optim: " + "{a: " * 30_000 + "1" + "}" * 30_000)
-    given = config if config == "/dev/zero" else path
-    assert message in run_cli(["--config", given], tmp_path, module="geopilot.commands.train").refused()
+    assert message in run_cli(["--config", path], tmp_path, module="geopilot.commands.train").refused()
 
 
 def test_a_folder_another_user_owns_is_one_line(monkeypatch, capsys):

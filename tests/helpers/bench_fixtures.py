@@ -157,3 +157,13 @@ def write_sarlang(root: Path) -> Path:
         w.writerow(["0009787.jpg", "Bright ship targets in dark sea clutter."])
         w.writerow(["0009788.jpg", ""])
     return root
+
+
+# The benchmark folder each `geopilot eval` task reads, written under a root (returns the folder).
+TASK_FOLDERS = {
+    "rsvqa-lr": lambda root: write_rsvqa(root / "lr", "lr"),
+    "rsvqa-hr": lambda root: write_rsvqa(root / "hr", "hr"),
+    "referring": lambda root: write_referring(root / "ref"),
+    "sar-vqa": lambda root: write_sarlang(root / "sar"),
+    "sar-caption": lambda root: write_sarlang(root / "sarcap"),
+}

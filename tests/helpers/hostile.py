@@ -68,3 +68,17 @@ def run_cli(
     code, peak_kb = (int(v) for v in report.read_text().split())
     report.unlink()
     return Run(code, done.stdout, done.stderr, seconds, peak_kb / 1024)
+
+
+def not_a_small_file(path: Path, kind: str) -> Path:
+    """Make `path` a file a command must refuse to read, of one `kind`: "fifo" (a read would block), "sparse" (2 GB
+    claimed, nothing on disk), "folder", "dev_zero" (an endless character device) or "missing"; returns the path to
+    pass (`/dev/zero` for "dev_zero"). Any other kind leaves `path` to the caller."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "sparse":
+        with path.open("wb") as handle:
+            handle.truncate(2 * 2**30)
+    elif kind == "folder":
+        path.mkdir()
+    return Path("/dev/zero") if kind == "dev_zero" else path

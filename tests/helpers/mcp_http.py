@@ -1,4 +1,5 @@
-"""`geopilot mcp --transport http` as a subprocess on a free local port, for the slow MCP tests (test_mcp.py, test_mcp_probes.py)."""
+"""`geopilot mcp --transport http` as a subprocess on a free local port, for the slow MCP tests (test_mcp.py,
+test_mcp_probes.py), and the first request a streamable-HTTP MCP client sends."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @contextmanager

@@ -75,6 +75,31 @@ def image_message(question: str, url: str | None = None) -> list[dict]:
     ]
 
 
+# The one client-run tool most tests offer, in the OpenAI `tools` format.
+DETECT = {
+    "type": "function",
+    "function": {
+        "name": "detect_objects",
+        "description": "finds objects",
+        "parameters": {"type": "object", "properties": {"categories": {"type": "array"}}},
+    },
+}
+
+
+def client_tool(name: str, description: str = "a client tool", parameters: dict | None = None) -> dict:
+    """A client-run tool in the OpenAI `tools` format."""
+    function = {"name": name, "description": description, "parameters": parameters or {"type": "object"}}
+    return {"type": "function", "function": function}
+
+
+def nested_schema(levels: int) -> dict:
+    """An object schema whose properties nest `levels` objects deep (two JSON levels per object)."""
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
 @contextlib.contextmanager
 def image_host(drip_interval_s: float = 0.3, drip_bytes: int = 200):
     """A loopback image server: `/drip` answers 200 and then one byte every `drip_interval_s` (a PNG signature,

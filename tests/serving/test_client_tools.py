@@ -8,7 +8,7 @@ import json
 
 import httpx
 import pytest
-from helpers.serving import KEY, MODEL, image_message
+from helpers.serving import DETECT, KEY, MODEL, image_message
 from openai import APIError, BadRequestError
 
 from geopilot.render import render_turns
@@ -16,14 +16,6 @@ from geopilot.sample import AssistantMessage, ToolMessage, UserMessage
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.wire import chat_turns
 
-DETECT = {
-    "type": "function",
-    "function": {
-        "name": "detect_objects",
-        "description": "finds objects",
-        "parameters": {"type": "object", "properties": {"categories": {"type": "array"}}},
-    },
-}
 OUTPUT = ToolOutput(detections=[Detection(label="plane", box=(0.1, 0.2, 0.3, 0.4), score=0.9)])
 
 

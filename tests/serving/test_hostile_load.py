@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers.images import header_png
-from helpers.serving import KEY, data_url, image_host, image_message
+from helpers.serving import KEY, client_tool, data_url, image_host, image_message, nested_schema
 
 pytestmark = pytest.mark.slow  # about a minute: a server process, a quiet and a hostile run
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def served(tiny_model_dir, tmp_path_factory):
     log = open(tmp_path_factory.mktemp("hostile") / "server.log", "w")  # noqa: SIM115
     command = [sys.executable, str(ROOT / "serve.py"), "--model", str(tiny_model_dir), "--port", str(port)]
     command += ["--api-key", KEY, "--allow-url-host", "127.0.0.1", "--url-timeout", "2", "--request-timeout", "20"]
-    command += ["--max-new-tokens", "16", "--device", "cpu", "--allow-unknown-tools"]
+    command += ["--max-new-tokens", "32", "--device", "cpu", "--allow-unknown-tools"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -85,16 +85,6 @@ def _hostile_bodies(model: str, drip_url: str) -> list[tuple[str, bytes]]:
 def _client_tool_bodies(model: str, image: str) -> list[tuple[str, bytes]]:
     """Issue 37 item 4: client-run tool requests that must cost no more than a refusal."""
 
-    def tool(name: str, description: str = "a client tool", parameters=None) -> dict:
-        function = {"name": name, "description": description, "parameters": parameters or {"type": "object"}}
-        return {"type": "function", "function": function}
-
-    def nested(levels: int) -> dict:
-        schema: dict = {"type": "string"}
-        for _ in range(levels):
-            schema = {"type": "object", "properties": {"inner": schema}}
-        return schema
-
     def answered(arguments: str, result: str) -> list[dict]:
         call = {"id": "call_1", "type": "function", "function": {"name": "count_cars", "arguments": arguments}}
         return image_message("how many?", image) + [
@@ -105,13 +95,13 @@ def _client_tool_bodies(model: str, image: str) -> list[tuple[str, bytes]]:
     def request(tools: list[dict], messages: list[dict] | None = None) -> str:
         return json.dumps({"model": model, "messages": messages or image_message("hi", image), "tools": tools})
 
-    cars = [tool("count_cars")]
+    cars = [client_tool("count_cars")]
     deep = request(cars).replace('{"type": "object"}', '{"p":' * 3000 + "1" + "}" * 3000)  # past json.dumps' depth
     bodies = [
-        ("tool description 15 MB", request([tool("count_cars", "d" * 15_000_000)])),
-        ("schema 40 objects deep", request([tool("count_cars", parameters=nested(40))])),
+        ("tool description 15 MB", request([client_tool("count_cars", "d" * 15_000_000)])),
+        ("schema 40 objects deep", request([client_tool("count_cars", parameters=nested_schema(40))])),
         ("schema 3000 levels deep", deep),
-        ("129 tools", request([tool(f"t{i}") for i in range(129)])),
+        ("129 tools", request([client_tool(f"t{i}") for i in range(129)])),
         ("tool result 260 deep", request(cars, answered("{}", '{"a":' * 260 + "1" + "}" * 260))),
         ("NaN history argument", request(cars, answered('{"n": NaN}', "{}"))),
     ]

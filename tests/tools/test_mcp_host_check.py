@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from helpers.mcp_http import MCP_HEADERS, MCP_INITIALIZE
 from helpers.serving import serving
 
 from geopilot.cli import main
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 def _app(monkeypatch, host: str):
@@ -36,10 +29,10 @@ def test_loopback_mcp_refuses_foreign_host_and_origin(monkeypatch, bound):
     with serving(app) as url:
         port = url.rsplit(":", 1)[1]
         for host in (f"evil.example:{port}", "evil.example"):
-            reply = httpx.post(url + "/mcp", json=INIT, headers={**HEADERS, "host": host}, timeout=30)
+            reply = httpx.post(url + "/mcp", json=MCP_INITIALIZE, headers={**MCP_HEADERS, "host": host}, timeout=30)
             assert reply.status_code == 421, (host, reply.status_code)
-        foreign = {**HEADERS, "host": f"{bound}:{port}", "origin": "http://evil.example"}
-        assert httpx.post(url + "/mcp", json=INIT, headers=foreign, timeout=30).status_code == 403
+        foreign = {**MCP_HEADERS, "host": f"{bound}:{port}", "origin": "http://evil.example"}
+        assert httpx.post(url + "/mcp", json=MCP_INITIALIZE, headers=foreign, timeout=30).status_code == 403
         for host in (f"{bound}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"):
-            reply = httpx.post(url + "/mcp", json=INIT, headers={**HEADERS, "host": host}, timeout=30)
+            reply = httpx.post(url + "/mcp", json=MCP_INITIALIZE, headers={**MCP_HEADERS, "host": host}, timeout=30)
             assert reply.status_code == 200, (host, reply.status_code, reply.text[:200])
