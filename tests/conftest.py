@@ -1,5 +1,6 @@
 """Shared fixtures: the one tiny random model of the session (built once through `geopilot init-model`, so its BPE
-is trained once), loaded in-process as `tiny` and its tokenizer as `tiny_tokenizer`; no downloads."""
+is trained once), loaded in-process as `tiny` and its tokenizer as `tiny_tokenizer`, and the tiny random Qwen2.5-VL
+saved once (`qwen_dir`); no downloads."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ def tiny_model_dir(tmp_path_factory):
     config = Path(__file__).resolve().parents[1] / "configs" / "model" / "tiny.yaml"
     assert main(["init-model", "--config", str(config), "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def qwen_dir(tmp_path_factory):
+    """The tiny random Qwen2.5-VL (`model.family: qwen2_5_vl`, `init: tiny`), saved as transformers writes it."""
+    from geopilot.model import ModelConfig, build_model, save_model
+
+    model, processor = build_model(ModelConfig(family="qwen2_5_vl", init="tiny"))
+    return save_model(model, processor, tmp_path_factory.mktemp("models") / "tiny_qwen")
 
 
 @pytest.fixture(scope="session")

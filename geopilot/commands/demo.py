@@ -1,4 +1,4 @@
-"""`geopilot demo --out DIR [--quick] [--seed N] [--threads N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
+"""`geopilot demo --out DIR [--quick] [--model-family F] [--seed N] [--threads N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
 
 synth -> generate (template backend) -> stage 1 -> stage 2 (alpha = 0.2) on a small model trained from scratch ->
 planning evaluation on a held-out set -> two sample chats -> worked examples on examples/images/ -> DIR/report.md.
@@ -19,6 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", required=True, type=output_folder, help="the run folder (e.g. runs/demo); rerun to resume"
     )
     parser.add_argument("--quick", action="store_true", help="a reduced run (a few minutes; what the slow tests use)")
+    parser.add_argument(
+        "--model-family",
+        choices=("llava", "qwen2_5_vl"),
+        default="llava",
+        help="the base trained from scratch: LLaVA-1.5 (default) or Qwen2.5-VL (docs/models.md)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the seed of data, training and evaluation (default 0)")
     parser.add_argument(
         "--threads",
@@ -39,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.demo.run import read_results, run_demo
     from geopilot.demo.settings import DemoSettings, Layout
 
-    report = run_demo(args.out, DemoSettings.preset(args.quick, args.seed, args.threads), until=args.until)
+    report = run_demo(
+        args.out, DemoSettings.preset(args.quick, args.seed, args.threads, args.model_family), until=args.until
+    )
     if args.until != "report":
         return 0
     if args.json:

@@ -97,19 +97,32 @@ def _absolute(path: Path) -> str:
     return os.path.abspath(path)  # not resolve(): a symlinked out folder keeps the name it was given
 
 
+def llava_model(layout: Layout, settings: DemoSettings, stage: int) -> dict:
+    """Stage 1: a random tiny LLaVA on the demo's own BPE; stage 2: the stage-1 export (llava-hf layout)."""
+    if stage == 1:
+        return {"init": "tiny", "tokenizer_path": _absolute(layout.tokenizer), "tiny": settings.model.model_dump()}
+    return {"init": "llava_hf", "llava_path": _absolute(layout.stage1 / "export")}
+
+
+def qwen2_5_vl_model(layout: Layout, settings: DemoSettings, stage: int) -> dict:
+    """Stage 1: a random tiny Qwen2.5-VL (its own BPE with Qwen's special tokens); stage 2: the stage-1 export."""
+    family = {"family": "qwen2_5_vl", "max_pixels": settings.qwen_max_pixels}
+    if stage == 1:
+        return {**family, "init": "tiny", "tiny_qwen": settings.qwen_model.model_dump()}
+    return {**family, "init": "pretrained", "path": _absolute(layout.stage1 / "export")}
+
+
+MODEL_CONFIGS = {"llava": llava_model, "qwen2_5_vl": qwen2_5_vl_model}  # DemoSettings.model_family -> model config
+
+
 def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
     """The train.py config of one stage (written to DIR/configs/stage<n>.yaml, so it can be rerun by hand). Its paths
     are absolute: they are part of a training run's identity, so a demo resumed from another working directory (--out
     typed another way) resumes its training instead of being refused as another run."""
-    model = (
-        {"init": "tiny", "tokenizer_path": _absolute(layout.tokenizer), "tiny": settings.model.model_dump()}
-        if stage == 1
-        else {"init": "llava_hf", "llava_path": _absolute(layout.stage1 / "export")}
-    )
     return {
         "stage": stage,
         "output_dir": _absolute(layout.stage1 if stage == 1 else layout.stage2),
-        "model": model,
+        "model": MODEL_CONFIGS[settings.model_family](layout, settings, stage),
         "data": {
             "files": [_absolute(layout.train_file)],
             "replay_alpha": settings.alpha,

@@ -31,6 +31,33 @@ CHAIN_STEPS = {
 }
 
 
+FAMILY_NAMES = {"llava": "LLaVA-1.5", "qwen2_5_vl": "Qwen2.5-VL"}  # DemoSettings.model_family -> the base's name
+
+
+def text_layers(settings: DemoSettings) -> int:
+    return settings.qwen_model.text_layers if settings.model_family == "qwen2_5_vl" else settings.model.text_layers
+
+
+def model_description(settings: DemoSettings, data: dict) -> str:
+    """What was trained from scratch, in the family's own terms."""
+    if settings.model_family == "qwen2_5_vl":
+        qwen = settings.qwen_model
+        return (
+            f"A Qwen2.5-VL-shaped model trained from scratch: windowed ViT ({qwen.vision_depth} blocks, width "
+            f"{qwen.vision_hidden}, trainable) at the image's own aspect within {settings.qwen_max_pixels} pixels "
+            f"(at most {settings.qwen_max_pixels // (28 * 28)} image tokens), the 2x2 patch merger and a Qwen2 decoder "
+            f"({qwen.text_layers} layers, width {qwen.text_hidden}), with its own {qwen.vocab_size}-token BPE carrying "
+            "Qwen's ChatML and vision special tokens."
+        )
+    model = settings.model
+    return (
+        f"A LLaVA-1.5-shaped model trained from scratch: CLIP-style vision tower ({model.vision_layers} layers, "
+        f"width {model.vision_hidden}, {model.image_size} px, trainable), a 2-layer GELU projector and a "
+        f"Llama decoder ({model.text_layers} layers, width {model.text_hidden}), with its own "
+        f"{data['vocab']}-token BPE trained on the traces."
+    )
+
+
 QUICK_NOTICE = (
     "This model comes from the quick preset (--quick): it trained for a few steps on a few scenes to check that every "
     "phase runs, so it learned nothing; its plans and answers are noise. Run `geopilot demo` without --quick for a "
@@ -46,7 +73,7 @@ def preset_line(settings: DemoSettings) -> str:
             f"Preset: quick (--quick). It checks that every phase runs end to end and learns nothing "
             f"({settings.optical} optical + {settings.sar} SAR scenes, {settings.stage1_epochs} epoch"
             f"{'s' if settings.stage1_epochs > 1 else ''} per stage, a "
-            f"{settings.model.text_layers}-layer model): scores near 0 % and empty or garbled chats are what it "
+            f"{text_layers(settings)}-layer model): scores near 0 % and empty or garbled chats are what it "
             "should show. Run without --quick (the default preset, about 12 min on 2 cores) for a model that plans."
         )
     if name == "default":
@@ -243,6 +270,8 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         "",
         f"**{preset_line(settings)}**",
         "",
+        f"Model family: `{settings.model_family}` ({FAMILY_NAMES[settings.model_family]}; docs/models.md).",
+        "",
         "Planning metrics, over the held-out cases:",
         "",
         *(f"- **{name}** = {meaning}." for name, meaning in METRICS.items()),
@@ -305,10 +334,7 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         *chain_lines(chain_chat),
         "## Training",
         "",
-        f"A LLaVA-1.5-shaped model trained from scratch: CLIP-style vision tower ({settings.model.vision_layers} layers, "
-        f"width {settings.model.vision_hidden}, {settings.model.image_size} px, trainable), a 2-layer GELU projector and a "
-        f"Llama decoder ({settings.model.text_layers} layers, width {settings.model.text_hidden}), with its own "
-        f"{data['vocab']}-token BPE trained on the traces. Final loss: stage 1 "
+        f"{model_description(settings, data)} Final loss: stage 1 "
         f"{results['stage1']['final_loss']:.4f}, stage 2 {results['stage2']['final_loss']:.4f}.",
         "",
         "![loss curves](plots/loss.png)",

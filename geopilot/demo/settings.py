@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
 from geopilot.config import StrictConfig
+from geopilot.families.qwen2_5_vl import TinyQwenConfig
 from geopilot.fileio import fingerprint
 from geopilot.model import TinyModelConfig
 
@@ -44,6 +46,12 @@ class DemoSettings(StrictConfig):
         text_intermediate=384,
         max_position_embeddings=512,
     )
+    model_family: Literal["llava", "qwen2_5_vl"] = "llava"  # the base trained from scratch (docs/models.md)
+    # model_family qwen2_5_vl: the tiny random Qwen2.5-VL (its own in-process BPE) and its image-token budget
+    qwen_model: TinyQwenConfig = TinyQwenConfig(
+        text_hidden=128, text_layers=4, text_intermediate=384, mrope_section=[4, 4, 8]
+    )
+    qwen_max_pixels: int = Field(default=28 * 28 * 16, ge=28 * 28)  # at most 16 image tokens, as the tiny LLaVA
     max_length: int = 512  # tokens per training sample (longer ones are skipped and counted by train.py)
     batch_size: int = Field(default=16, ge=1)
     stage1_epochs: int = Field(default=3, ge=1)  # 4 took 110 s more (docs/demo.md, default-4: the cost in OPA)
@@ -62,14 +70,17 @@ class DemoSettings(StrictConfig):
     threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1, le=MAX_THREADS)
 
     @classmethod
-    def preset(cls, quick: bool, seed: int = 0, threads: int | None = None) -> DemoSettings:
-        chosen = {} if threads is None else {"threads": threads}
+    def preset(
+        cls, quick: bool, seed: int = 0, threads: int | None = None, model_family: str = "llava"
+    ) -> DemoSettings:
+        chosen = {"model_family": model_family} | ({} if threads is None else {"threads": threads})
         if not quick:
             return cls(seed=seed, **chosen)
         small = TinyModelConfig(vision_layers=1, max_position_embeddings=768)  # the test-sized model, 1 vision layer
         # a 600-token BPE splits a panoptic tool turn of 9 objects into ~560 tokens: room for them
         return cls(
             seed=seed,
+            qwen_model=TinyQwenConfig(),
             optical=8,
             sar=8,
             samples_per_record=1,
@@ -85,9 +96,9 @@ class DemoSettings(StrictConfig):
         )
 
     def preset_name(self) -> str:
-        """ "default", "quick" or "custom": the preset these settings are, seed and threads aside."""
+        """ "default", "quick" or "custom": the preset these settings are, seed, threads and family aside."""
         for name, quick in (("default", False), ("quick", True)):
-            if self == DemoSettings.preset(quick, self.seed, self.threads):
+            if self == DemoSettings.preset(quick, self.seed, self.threads, self.model_family):
                 return name
         return "custom"
 

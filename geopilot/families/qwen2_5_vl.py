@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from geopilot.config import StrictConfig
 from geopilot.errors import ConfigError
@@ -72,6 +72,13 @@ class TinyQwenConfig(StrictConfig):
     max_position_embeddings: int = 32768
     vocab_size: int = 1024  # of the byte-level BPE trained in process
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _mrope_fits_the_heads(self) -> TinyQwenConfig:
+        half = self.text_hidden // self.text_heads // 2
+        if sum(self.mrope_section) != half:
+            raise ValueError(f"mrope_section {self.mrope_section} must sum to head_dim / 2 = {half}")
+        return self
 
 
 def tiny_tokenizer(vocab_size: int = 1024):

@@ -9,6 +9,7 @@ by cause and reported; too many skips, or none left, is an error rather than a s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -51,7 +52,8 @@ class ImageTokens:
         family = family_of_processor(processor)
         return cls(
             family,
-            lambda path: family.sample_image_tokens(processor, path, max_pixels),
+            # samples share images (one scene, many questions): each image is opened once
+            functools.cache(lambda path: family.sample_image_tokens(processor, path, max_pixels)),
             family.image_tokens_key(processor),
         )
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from geopilot.errors import ConfigError, WeightsError
 from geopilot.families import FAMILIES, family_of_dir, llava, qwen2_5_vl
-from geopilot.model import ModelConfig, apply_adapter, build_model, load_model, save_model
+from geopilot.model import ModelConfig, apply_adapter, load_model
 from geopilot.sample import parse_sample
 
 # Qwen/Qwen2.5-VL-7B-Instruct's chat_template.json as the model repository ships it (the JSON text, escapes and all).
@@ -36,13 +36,6 @@ def chain() -> dict:
 
 
 KINDS = {**ALL_KINDS, "chain": chain}
-
-
-@pytest.fixture(scope="session")
-def qwen_dir(tmp_path_factory):
-    """The tiny random Qwen2.5-VL, saved as transformers writes it."""
-    model, processor = build_model(ModelConfig(family="qwen2_5_vl", init="tiny"))
-    return save_model(model, processor, tmp_path_factory.mktemp("models") / "tiny_qwen")
 
 
 @pytest.fixture(scope="session")
@@ -149,6 +142,14 @@ def test_an_init_of_another_family_is_refused():
 
     with pytest.raises(ConfigError, match="init 'llava_hf' does not build family 'qwen2_5_vl'"):
         build_config(ModelConfig, {"family": "qwen2_5_vl", "init": "llava_hf"})
+
+
+def test_a_tiny_qwen_whose_mrope_misses_its_head_dim_is_one_line():
+    from geopilot.config import build_config
+
+    config = {"family": "qwen2_5_vl", "tiny_qwen": {"text_hidden": 128, "text_heads": 4}}
+    with pytest.raises(ConfigError, match=r"mrope_section \[2, 2, 4\] must sum to head_dim / 2 = 16"):
+        build_config(ModelConfig, config)
 
 
 def test_a_model_type_of_no_family_names_the_supported_ones(tmp_path):

@@ -168,6 +168,22 @@ def test_the_stage_configs_are_valid_train_configs(tmp_path):
     assert two.data.replay_alpha == 0.2 and two.model.llava_path == str(layout.stage1 / "export")
 
 
+def test_the_qwen_stage_configs_build_a_tiny_qwen2_5_vl_then_read_its_export(tmp_path):
+    from geopilot.training.config import TrainConfig
+
+    layout, settings = Layout(tmp_path), DemoSettings.preset(quick=True, model_family="qwen2_5_vl")
+    one = TrainConfig.model_validate(pipeline.train_config(layout, settings, 1))
+    two = TrainConfig.model_validate(pipeline.train_config(layout, settings, 2))
+    assert (one.model.family, one.model.init, one.model.max_pixels) == ("qwen2_5_vl", "tiny", settings.qwen_max_pixels)
+    assert one.model.tiny_qwen == settings.qwen_model and one.freeze.vision_tower is False
+    assert (two.model.family, two.model.init, two.model.path) == (
+        "qwen2_5_vl",
+        "pretrained",
+        str(layout.stage1 / "export"),
+    )
+    assert settings.preset_name() == "quick" and settings.fingerprint() != DemoSettings.preset(quick=True).fingerprint()
+
+
 def test_a_relative_out_resumed_from_another_directory_is_the_same_training_run(tmp_path, monkeypatch):
     """train.py refuses to resume a run whose settings differ, paths included: the demo's stage configs hold absolute
     paths, so `--out runs/demo` from the clone and `--out demo` from runs/ give the same training runs."""
@@ -310,6 +326,29 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch, capsys
     capsys.readouterr()
     assert main([*argv[1:], "--max-new-tokens", "8"]) == 0
     assert capsys.readouterr().err.count("learned nothing") == 1  # the quick model says so, once
+
+
+@pytest.mark.slow
+def test_quick_demo_on_qwen2_5_vl_end_to_end(tmp_path, capsys):
+    """`geopilot demo --quick --model-family qwen2_5_vl`: the tiny Qwen2.5-VL through both stages, the evaluations
+    and the chats; its export loads in plain transformers and the report names the family."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    out = tmp_path / "qwen"
+    assert main(["demo", "--quick", "--model-family", "qwen2_5_vl", "--threads", "1", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "Model family: `qwen2_5_vl` (Qwen2.5-VL" in text and "Qwen2.5-VL-shaped model" in text
+    assert json.loads((out / "model" / "config.json").read_text())["model_type"] == "qwen2_5_vl"
+    assert isinstance(
+        Qwen2_5_VLForConditionalGeneration.from_pretrained(out / "model"), Qwen2_5_VLForConditionalGeneration
+    )
+    results = read_results(Layout(out))
+    assert results["evaluate"]["cases"] == 27 and results["chain_eval"]["cases"] == 8
+    assert not results["evaluate"]["failures"].get("infra_error") and not results["chain_eval"]["failures"].get(
+        "infra_error"
+    )
+    assert results["stage1"]["trained"]["by_modality"]["optical"] > 0 and results["stage2"]["trained"]["total"] > 0
+    assert all((out / "chats" / name).stat().st_size > 1000 for name in ("optical.png", "sar.png", "chain.png"))
 
 
 def test_a_demo_json_with_the_released_fingerprint_is_resumed_and_rewritten(tmp_path):

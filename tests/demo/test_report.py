@@ -94,6 +94,15 @@ def test_the_report_states_the_preset_before_any_number(tmp_path, quick, name):
         assert "learns nothing" in _before_any_number(text)
 
 
+@pytest.mark.parametrize("family", ["llava", "qwen2_5_vl"])
+def test_the_report_names_the_model_family(tmp_path, family):
+    settings = DemoSettings.preset(quick=True, model_family=family)
+    text = write_report(Layout(tmp_path / "demo"), settings, _results()).read_text(encoding="utf-8")
+    assert f"Model family: `{family}`" in text and "Preset: quick" in text
+    shaped = {"llava": "LLaVA-1.5-shaped", "qwen2_5_vl": "Qwen2.5-VL-shaped"}
+    assert shaped[family] in text and all(other not in text for other in set(shaped.values()) - {shaped[family]})
+
+
 def test_custom_settings_say_so():
     assert DemoSettings(seed=1, stage1_epochs=9).preset_name() == "custom"
     assert DemoSettings.preset(quick=True, seed=5, threads=1).preset_name() == "quick"

@@ -331,7 +331,7 @@ def test_other_config_in_the_same_folder_is_refused(tmp_path, capsys):
 
 def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsys):
     cases_file, cases, out, rows = run_local_agent(
-        tmp_path, "geopilot", tiny_model_dir, every=3, seed="42", max_new_tokens="6"
+        tmp_path, "geopilot", tiny_model_dir, every=3, seed="42", max_new_tokens="32"
     )
     assert all(r["score"]["category"] != "infra_error" for r in rows)
     assert all(r["run"]["dialect"] in ("unparsable", "geopilot_json", "llava_plus") for r in rows)  # recorded per row
@@ -347,6 +347,14 @@ def test_tiny_geopilot_model_and_the_leaderboard(tmp_path, tiny_model_dir, capsy
     assert board.index("openai:scripted") < board.index("geopilot:tiny")  # sorted by OPA
     assert "Paired differences to openai:scripted" in board and "| Difficulty | # Queries |" in board
     assert (tmp_path / "board" / "leaderboard.png").is_file()
+
+
+def test_the_geopilot_agent_on_a_qwen2_5_vl_export(tmp_path, qwen_dir):
+    """`eval planning --agent geopilot --model DIR` loads a Qwen2.5-VL export by its model_type and scores every case."""
+    *_, out, rows = run_local_agent(tmp_path, "geopilot", qwen_dir, every=6, seed="1", max_new_tokens="32")
+    assert all(r["score"]["category"] != "infra_error" for r in rows), [r["run"].get("infra_error") for r in rows]
+    assert all(r["run"]["tokens_out"] > 0 for r in rows)
+    assert json.loads((out / "summary.json").read_text())["OPA"] is not None
 
 
 def test_hf_agent_on_a_local_vlm_dir(tmp_path, tiny_model_dir):
@@ -405,7 +413,7 @@ def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir, tiny_
         device="cpu",
         session_factory=Scripts(tiny_tokenizer, ["not a plan", plan, answer]),
     )
-    agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 8}, pilot=pilot)
+    agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 32}, pilot=pilot)
     run = agent.run(case, planning.image_path(case), seed=42)
     assert run.dialect == "geopilot_json" and run.answer == "None found." and run.rounds == 1
     assert [(c.tool, c.ok) for c in run.calls] == [("detect_objects", True)]

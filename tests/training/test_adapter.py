@@ -64,7 +64,7 @@ def test_geopilot_from_pretrained_with_an_adapter(adapter_run):
 def test_chat_with_an_adapter_and_a_bad_adapter(adapter_run, dataset, tmp_path, capsys):
     base, export = adapter_run
     image = next((dataset.parent / "images").glob("optical_*.png"))
-    common = ["chat", "--model", str(base), "--image", str(image), "--max-new-tokens", "4", "--device", "cpu"]
+    common = ["chat", "--model", str(base), "--image", str(image), "--max-new-tokens", "32", "--device", "cpu"]
     assert cli_main([*common, "--adapter", str(export / "adapter"), "--json", "How many planes?"]) == 0
     capsys.readouterr()
     assert cli_main([*common, "--adapter", str(tmp_path), "How many planes?"]) == 2

@@ -72,7 +72,7 @@ def evaluated(dataset, tmp_path_factory):
         f"data.eval_files=[{eval_file}]",
         "eval.every_steps=2",
         f"eval.planning_cases={cases}",
-        "eval.planning_max_new_tokens=6",
+        "eval.planning_max_new_tokens=32",
         "checkpoint.keep_best=val_loss",
         "checkpoint.keep_last=1",
         "checkpoint.save_steps=100",
@@ -113,7 +113,7 @@ def test_validation_loss_equals_the_hand_computed_loss(evaluated):
 def test_planning_scores_equal_geopilot_eval_planning(evaluated, tmp_path, capsys):
     out, _, cases = evaluated
     args = ["eval", "planning", "--agent", "geopilot", "--model", str(out / "export"), "--cases", str(cases)]
-    args += ["--seeds", "42", "--out", str(tmp_path / "planning"), "--max-new-tokens", "6", "--device", "cpu"]
+    args += ["--seeds", "42", "--out", str(tmp_path / "planning"), "--max-new-tokens", "32", "--device", "cpu"]
     assert cli_main([*args, "--json"]) == 0
     summary = json.loads((tmp_path / "planning" / "summary.json").read_text())
     final = read_metrics(out)[-1]
