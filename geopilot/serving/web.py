@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from geopilot.errors import GeoPilotInputError
@@ -224,6 +225,66 @@ def example_images(folder: Path | None) -> list[str]:
     return sorted(str(p) for p in folder.iterdir() if p.suffix.lower() in UPLOAD_TYPES)
 
 
+def _layout(gr, pilot, config: ServeConfig, tools_line: str | None, examples) -> SimpleNamespace:
+    """The demo's components, placed inside the open Blocks (the events are wired by `build_demo`)."""
+    state = gr.State(None)
+    gr.Markdown(
+        f"# GeoPilot\nModel **{html.escape(config.model_name)}**. {html.escape(tools_status(pilot, tools_line))}"
+    )
+    with gr.Row():
+        with gr.Column(scale=1):
+            image = gr.File(
+                label="Image (PNG, JPEG, GeoTIFF)", file_types=UPLOAD_TYPES, type="filepath", elem_id="upload"
+            )
+            if examples:
+                gr.Examples(examples=[[p] for p in examples], inputs=[image], label="Example images")
+            info = gr.Markdown(elem_id="image-info")
+            with gr.Accordion("Settings", open=False):
+                temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0: greedy)")
+                max_tokens = gr.Slider(
+                    1,
+                    max(2, config.max_new_tokens),  # a slider needs two ends; the server's limit still applies
+                    value=config.max_new_tokens,
+                    step=1,
+                    label="Max tokens per turn",
+                )
+        with gr.Column(scale=2):
+            chatbot = gr.Chatbot(label="Conversation", elem_id="chat", height=420)
+            status = gr.Markdown(elem_id="status")
+            question = gr.Textbox(label="Question", placeholder="How many planes are there?", elem_id="question")
+            with gr.Row():
+                ask_button = gr.Button("Ask", variant="primary", elem_id="ask")
+                stop_button = gr.Button("Stop", elem_id="stop")
+                again_button = gr.Button("Regenerate", elem_id="regenerate")
+                clear_button = gr.Button("Clear", elem_id="clear")
+        with gr.Column(scale=2):
+            with gr.Tabs():
+                with gr.Tab("Tool results"):
+                    drawn = gr.Image(label="Tool results drawn", type="pil", elem_id="drawn", interactive=False)
+                with gr.Tab("Map", visible=False) as map_tab:
+                    map_view = gr.HTML(elem_id="map")
+            with gr.Accordion("Plan and tool trace", open=False):
+                trace = gr.JSON(label="trace", elem_id="trace")
+    return SimpleNamespace(
+        state=state,
+        image=image,
+        info=info,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        chatbot=chatbot,
+        status=status,
+        question=question,
+        ask_button=ask_button,
+        stop_button=stop_button,
+        again_button=again_button,
+        clear_button=clear_button,
+        drawn=drawn,
+        map_tab=map_tab,
+        map_view=map_view,
+        trace=trace,
+    )
+
+
 def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | None = None, examples=None):
     """The Blocks app (not launched: `create_app` mounts it)."""
     import gradio as gr
@@ -329,63 +390,33 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
         runner.stop(request.session_hash or "")
 
     with gr.Blocks(title=f"GeoPilot: {config.model_name}") as demo:
-        state = gr.State(None)
-        gr.Markdown(
-            f"# GeoPilot\nModel **{html.escape(config.model_name)}**. {html.escape(tools_status(pilot, tools_line))}"
-        )
-        with gr.Row():
-            with gr.Column(scale=1):
-                image = gr.File(
-                    label="Image (PNG, JPEG, GeoTIFF)", file_types=UPLOAD_TYPES, type="filepath", elem_id="upload"
-                )
-                if examples:
-                    gr.Examples(examples=[[p] for p in examples], inputs=[image], label="Example images")
-                info = gr.Markdown(elem_id="image-info")
-                with gr.Accordion("Settings", open=False):
-                    temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0: greedy)")
-                    max_tokens = gr.Slider(
-                        1,
-                        max(2, config.max_new_tokens),  # a slider needs two ends; the server's limit still applies
-                        value=config.max_new_tokens,
-                        step=1,
-                        label="Max tokens per turn",
-                    )
-            with gr.Column(scale=2):
-                chatbot = gr.Chatbot(label="Conversation", elem_id="chat", height=420)
-                status = gr.Markdown(elem_id="status")
-                question = gr.Textbox(label="Question", placeholder="How many planes are there?", elem_id="question")
-                with gr.Row():
-                    ask_button = gr.Button("Ask", variant="primary", elem_id="ask")
-                    stop_button = gr.Button("Stop", elem_id="stop")
-                    again_button = gr.Button("Regenerate", elem_id="regenerate")
-                    clear_button = gr.Button("Clear", elem_id="clear")
-            with gr.Column(scale=2):
-                with gr.Tabs():
-                    with gr.Tab("Tool results"):
-                        drawn = gr.Image(label="Tool results drawn", type="pil", elem_id="drawn", interactive=False)
-                    with gr.Tab("Map", visible=False) as map_tab:
-                        map_view = gr.HTML(elem_id="map")
-                with gr.Accordion("Plan and tool trace", open=False):
-                    trace = gr.JSON(label="trace", elem_id="trace")
+        ui = _layout(gr, pilot, config, tools_line, examples)
         answer = gr.Textbox(visible=False)
-        ui_outputs = [state, chatbot, drawn, trace, map_view, status, ask_button, question]
+        ui_outputs = [ui.state, ui.chatbot, ui.drawn, ui.trace, ui.map_view, ui.status, ui.ask_button, ui.question]
         gr.on(
-            [ask_button.click, question.submit],
+            [ui.ask_button.click, ui.question.submit],
             chat,
-            [image, question, state, temperature, max_tokens],
+            [ui.image, ui.question, ui.state, ui.temperature, ui.max_tokens],
             ui_outputs,
             api_visibility="private",
             trigger_mode="once",  # never two at once from one tab
         )
-        again_button.click(regenerate, [image, state, temperature, max_tokens], ui_outputs, api_visibility="private")
-        stop_button.click(stop, None, None, api_visibility="private", queue=False)
-        clear_button.click(
+        ui.again_button.click(
+            regenerate, [ui.image, ui.state, ui.temperature, ui.max_tokens], ui_outputs, api_visibility="private"
+        )
+        ui.stop_button.click(stop, None, None, api_visibility="private", queue=False)
+        ui.clear_button.click(
             lambda s: (Conversation(image_path=s.image_path, loaded=s.loaded) if s else None, [], None, None, ""),
-            state,
-            [state, chatbot, drawn, trace, status],
+            ui.state,
+            [ui.state, ui.chatbot, ui.drawn, ui.trace, ui.status],
             api_visibility="private",
         )
-        image.change(uploaded, image, [state, chatbot, info, map_tab, map_view, drawn, trace], api_visibility="private")
+        ui.image.change(
+            uploaded,
+            ui.image,
+            [ui.state, ui.chatbot, ui.info, ui.map_tab, ui.map_view, ui.drawn, ui.trace],
+            api_visibility="private",
+        )
         hidden = gr.Button(visible=False)
-        hidden.click(ask, [image, question, state], [answer, drawn, trace, state], api_name="ask")
+        hidden.click(ask, [ui.image, ui.question, ui.state], [answer, ui.drawn, ui.trace, ui.state], api_name="ask")
     return demo

@@ -73,7 +73,7 @@ def load_deepspeed(path: Path):
 def loader_for(relative: str):
     """The typed config of a file under configs/ (a new kind of file must be added here)."""
     name = Path(relative).name
-    if relative == "tools.yaml":
+    if relative in ("tools.yaml", "tools_examples.yaml"):
         return load_tools
     if relative.startswith("deepspeed/") and name.endswith(".json"):
         return load_deepspeed
