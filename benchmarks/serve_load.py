@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--batch-wait-ms", type=float, default=20.0)
     parser.add_argument("--max-concurrency", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=16, help="per generated turn")
+    parser.add_argument("--max-tokens", type=int, default=PLAN_FLOOR, help="per generated turn (at least a plan)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
     parser.add_argument("--device", default="cpu", help="the servers' device (cpu, cuda)")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="the model's dtype")

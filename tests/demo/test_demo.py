@@ -278,7 +278,7 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch, capsys
     result = GeoPilot.from_pretrained(first / "model", device="cpu").chat(
         str(first / "data/synth/DOTA/train/images/P0000.png"),
         "How many planes are there?",
-        generation={"max_new_tokens": 8},
+        generation={"max_new_tokens": 24},
     )
     assert isinstance(result.answer, str)
     metrics = read_results(Layout(first))["evaluate"]
@@ -324,7 +324,7 @@ def test_quick_demo_end_to_end_resumes_and_repeats(tmp_path, monkeypatch, capsys
     argv = shlex.split(pasted)
     assert argv[3] == "../second/model"
     capsys.readouterr()
-    assert main([*argv[1:], "--max-new-tokens", "8"]) == 0
+    assert main([*argv[1:], "--max-new-tokens", "24"]) == 0
     assert capsys.readouterr().err.count("learned nothing") == 1  # the quick model says so, once
 
 
