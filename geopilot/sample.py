@@ -60,6 +60,9 @@ MESSAGE_ROLES = ("user", "assistant", "tool")  # the tags of the Message union
 class Sample(_Strict):
     id: str = Field(min_length=1)
     image: str | None = None  # relative to the folder of the JSONL file, or absolute
+    images: list[str] | None = Field(
+        default=None, min_length=2
+    )  # several, in order (before, after); never with `image`
     modality: Modality = "optical"
     source: str = ""
     ability: str = ""
@@ -68,22 +71,37 @@ class Sample(_Strict):
 
     @model_validator(mode="after")
     def _well_formed_dialogue(self) -> Sample:
-        check_dialogue(self.messages, has_image=self.image is not None)
+        if self.image is not None and self.images is not None:
+            raise ValueError("images: a sample has either `image` (one) or `images` (several), not both")
+        check_dialogue(self.messages, image_count=len(self.image_names))
         return self
 
+    @property
+    def image_names(self) -> list[str]:
+        """The sample's images in order, as written: [] without one, [image], or images."""
+        if self.images is not None:
+            return list(self.images)
+        return [] if self.image is None else [self.image]
+
     def image_path(self, base_dir: str | Path) -> Path | None:
-        if self.image is None:
-            return None
-        path = Path(self.image)
-        return path if path.is_absolute() else Path(base_dir) / path
+        """The one image's path; a several-image sample answers with its first (use `image_paths` for all)."""
+        paths = self.image_paths(base_dir)
+        return paths[0] if paths else None
+
+    def image_paths(self, base_dir: str | Path) -> list[Path]:
+        return [path if path.is_absolute() else Path(base_dir) / path for path in map(Path, self.image_names)]
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False)
+        data = self.model_dump(mode="json", exclude_none=False)
+        if data["images"] is None:  # one-image and text-only samples keep the format they always had
+            del data["images"]
+        return json.dumps(data, ensure_ascii=False)
 
 
-def check_dialogue(messages: list, has_image: bool) -> None:
+def check_dialogue(messages: list, image_count: int) -> None:
     """The turn grammar: (user, assistant[actions], tool*, assistant)* ... ending in an answer turn.
 
+    The first user turn holds one `<image>` per image, in the images' order; no other turn holds one.
     Raises ValueError naming the message index; used for samples and for chat histories alike.
     """
     if not messages or messages[0].role != "user":
@@ -97,14 +115,20 @@ def check_dialogue(messages: list, has_image: bool) -> None:
                 raise ValueError(f"{where}: expected a tool turn for {pending[0]!r} before the next user turn")
             if previous is not None and previous.role == "user":
                 raise ValueError(f"{where}: two user turns in a row")
-            if (IMAGE_PLACEHOLDER in message.content) != (has_image and index == 0):
-                if index == 0 and has_image:
+            placeholders = message.content.count(IMAGE_PLACEHOLDER)
+            expected = image_count if index == 0 else 0
+            if placeholders != expected:
+                if index == 0 and image_count == 1 and placeholders == 0:
                     raise ValueError(f"{where}.content: the first user turn must contain {IMAGE_PLACEHOLDER!r}")
+                if index == 0 and image_count == 1:
+                    raise ValueError(f"{where}.content: {IMAGE_PLACEHOLDER!r} appears more than once")
+                if index == 0 and image_count > 1:
+                    raise ValueError(
+                        f"{where}.content: {image_count} images need {image_count} {IMAGE_PLACEHOLDER!r}, found {placeholders}"
+                    )
                 raise ValueError(
                     f"{where}.content: {IMAGE_PLACEHOLDER!r} may appear only in the first user turn of a sample with an image"
                 )
-            if message.content.count(IMAGE_PLACEHOLDER) > 1:
-                raise ValueError(f"{where}.content: {IMAGE_PLACEHOLDER!r} appears more than once")
         elif message.role == "assistant":
             if previous is None or previous.role == "assistant" or pending:
                 raise ValueError(f"{where}: an assistant turn must follow a user turn or the tool turns it asked for")

@@ -146,7 +146,7 @@ def _check_history(history: list | None, pending_tools: bool = False) -> list:
     if pending_tools and messages[-1].role != "tool":
         raise GeoPilotInputError("no query: pass one, or a history that ends with tool results to answer from")
     try:  # tool results still to be answered: checked as if the answer were there
-        check_dialogue(messages + ([AssistantMessage(value="")] if pending_tools else []), has_image=True)
+        check_dialogue(messages + ([AssistantMessage(value="")] if pending_tools else []), image_count=1)
     except ValueError as err:
         raise GeoPilotInputError(f"history: {str(err).replace('messages.', 'message ')}") from None
     return messages

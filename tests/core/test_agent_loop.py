@@ -32,7 +32,7 @@ def test_valid_call_runs_the_tool_and_answers_from_its_output(make_pilot, image)
     assert scripts.fed[0] == [_tool_turn([("detect_objects", expected)])]  # exactly THE formatter's text
     assert [t.kind for t in result.turns] == ["think", "answer"] and result.turns[0].parse == "strict"
     assert result.plans[0].actions[0].tool == "detect_objects"
-    check_dialogue(result.messages, has_image=True)  # usable as history
+    check_dialogue(result.messages, image_count=1)  # usable as history
     assert result.timings.total >= result.timings.tools >= 0 and result.tokens.image == pilot.image_tokens
 
 
@@ -98,7 +98,7 @@ def test_unparsable_text_twice_becomes_the_answer_with_the_error(make_pilot, ima
     assert (result.outcome, result.answer, result.repaired) == ("unparsable", "still {not json", True)
     assert result.error and result.turns[1].parse == "failed" and not result.tool_calls
     assert "no JSON object" in scripts.fed[0][0]
-    check_dialogue(result.messages, has_image=True)
+    check_dialogue(result.messages, image_count=1)
 
 
 def test_unparsable_then_a_direct_answer(make_pilot, image):
@@ -152,7 +152,7 @@ def test_round_limit_then_chaining_with_more_rounds(make_pilot, image):
     pilot, _ = make_pilot(list(script))
     limited = pilot.chat(image, QUESTION, max_rounds=1)
     assert limited.outcome == "round_limit" and "max_rounds=1" in limited.error and len(limited.tool_calls) == 1
-    check_dialogue(limited.messages, has_image=True)
+    check_dialogue(limited.messages, image_count=1)
     pilot, _ = make_pilot(list(script))
     chained = pilot.chat(image, QUESTION, max_rounds=2)
     assert (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers.samples import ALL_KINDS, one_tool_call
@@ -87,3 +88,36 @@ def test_missing_file_is_a_clear_error(tmp_path):
 def test_image_path_is_relative_to_the_jsonl_folder(tmp_path):
     sample = parse_sample(one_tool_call())
     assert sample.image_path(tmp_path) == tmp_path / "images" / "P0001.png"
+
+
+def _two_image_sample(content: str, **extra) -> dict:
+    return {
+        "id": "pair-1",
+        "images": ["before.png", "after.png"],
+        "messages": [{"role": "user", "content": content}, {"role": "assistant", "value": "Two new buildings."}],
+        **extra,
+    }
+
+
+def test_a_two_image_sample_keeps_its_images_in_order(tmp_path):
+    sample = parse_sample(_two_image_sample("<image>\n<image>\nWhat changed?"))
+    assert sample.image_names == ["before.png", "after.png"]
+    assert sample.image_paths(tmp_path) == [tmp_path / "before.png", tmp_path / "after.png"]
+    assert json.loads(sample.to_json())["images"] == ["before.png", "after.png"]
+
+
+def test_a_one_image_sample_writes_no_images_key():
+    sample = parse_sample({"id": "one", "image": "a.png", "messages": _two_image_sample("<image>\nq")["messages"]})
+    assert "images" not in json.loads(sample.to_json()) and sample.image_names == ["a.png"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_two_image_sample("<image>\nWhat changed?"), "2 images need 2 '<image>', found 1"),
+        (_two_image_sample("<image><image>\nq", image="x.png"), "either `image` (one) or `images` (several)"),
+    ],
+)
+def test_two_image_samples_are_checked(data, message):
+    with pytest.raises(SampleError, match=re.escape(message)):
+        parse_sample(data)
