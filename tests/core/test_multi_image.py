@@ -329,3 +329,46 @@ def parse_messages(messages: list[dict]):
     from geopilot.sample import Message
 
     return TypeAdapter(list[Message]).validate_python(messages)
+
+
+# -- `geopilot chat --image A --image B` on the real tiny model ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dates(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("dates")
+    paths = [str(folder / name) for name in ("before.png", "after.png", "small.png")]
+    for index, (path, size) in enumerate(zip(paths, [(80, 60), (80, 60), (40, 40)], strict=True)):
+        scene(index, size).save(path)
+    return paths
+
+
+def test_cli_chat_reads_two_images_in_order(tiny_model_dir, dates, capsys):
+    import json
+
+    from geopilot.cli import main
+
+    base = ["chat", "--model", str(tiny_model_dir), "--device", "cpu", "--max-new-tokens", "24", "--json"]
+    assert main([*base, "--image", dates[0], "--image", dates[1], QUESTION]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["messages"][0]["content"] == f"<image>\n<image>\n{QUESTION}"
+    assert data["tokens"]["image"] == 2 * 16  # the tiny LLaVA's 16 tokens per image
+    assert main([*base, "--image", dates[0], QUESTION]) == 0  # one --image: as always
+    one = json.loads(capsys.readouterr().out)
+    assert one["messages"][0]["content"] == f"<image>\n{QUESTION}" and one["tokens"]["image"] == 16
+
+
+@pytest.mark.parametrize(
+    "images, extra, message",
+    [
+        ([0, 2], [], "image 2 is 40x40 px but image 1 is 80x60"),
+        ([0, 1, 0], ["--max-images", "2"], "3 --image given, over the limit of 2 (--max-images)"),
+    ],
+)
+def test_cli_bad_image_lists_exit_2_with_one_line(tiny_model_dir, dates, capsys, images, extra, message):
+    from geopilot.cli import main
+
+    args = [a for i in images for a in ("--image", dates[i])]
+    assert main(["chat", "--model", str(tiny_model_dir), "--device", "cpu", *args, *extra, QUESTION]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
