@@ -47,6 +47,12 @@ class Conversation:
     chat: list[dict] = field(default_factory=list)  # role/content messages: the chat's view
     before_last: tuple[list, list] | None = None  # (history, chat) before the last turn: what Regenerate returns to
 
+    def cleared(self) -> "Conversation":
+        """The same image(s), no turns: what Clear starts over with."""
+        return Conversation(
+            image_path=self.image_path, loaded=self.loaded, after_path=self.after_path, after=self.after
+        )
+
 
 @dataclass
 class Turn:
@@ -428,15 +434,7 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
         )
         ui.stop_button.click(stop, None, None, api_visibility="private", queue=False)
         ui.clear_button.click(
-            lambda s: (
-                Conversation(image_path=s.image_path, loaded=s.loaded, after_path=s.after_path, after=s.after)
-                if s
-                else None,
-                [],
-                None,
-                None,
-                "",
-            ),
+            lambda s: (s.cleared() if s else None, [], None, None, ""),
             ui.state,
             [ui.state, ui.chatbot, ui.drawn, ui.trace, ui.status],
             api_visibility="private",
