@@ -13,10 +13,16 @@ labels beside them as PNG. Ground truth is computed from the labels (8-connected
 independently of any tool. The query templates are written apart from data_gen's change grammar (a test checks no
 query is an instance of its frames). The file is a pure function of the seed: `geopilot eval build-change --out
 FILE` rebuilds the frozen `data/change_v1.jsonl` byte for byte.
+
+Change captioning is scored with the caption metrics every captioning task uses (`score_captions`: BLEU-1..4,
+ROUGE-L, CIDEr-D, pycocoevalcap-exact): the captioning cases' reference captions (five per pair, LEVIR-CC style) are
+written beside the case file as `<stem>.captions.jsonl` (`{"id", "references"}` per line, the `--ref` format of
+`geopilot eval captions`), and `change_caption_scores` scores a planning run's answers against them.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from importlib import resources
 from pathlib import Path
@@ -24,7 +30,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from geopilot.data_gen.synthetic.change import ChangePair, change_pairs
+from geopilot.data_gen.readers.levir_cc import caption_text
+from geopilot.data_gen.synthetic.change import ChangePair, captions, change_pairs
 from geopilot.data_gen.synthetic.scenes import png_bytes
 from geopilot.eval.cases import write_case_file
 from geopilot.eval.planning_set import CLOSERS, DIFFICULTY_SHARE, OPENERS
@@ -176,10 +183,43 @@ def build_change_cases(pairs: list[ChangePair]) -> list[dict]:
     return cases
 
 
+def caption_references(cases: list[dict], pairs: list[ChangePair]) -> list[dict]:
+    """The reference captions of each captioning case: its pair's five change captions."""
+    out = []
+    for case in cases:
+        if case["category"] == "change_captioning":
+            pair = pairs[int(Path(case["images"][0]).stem.split("_")[1])]
+            out.append({"id": case["id"], "references": [caption_text({"raw": c}) for c in captions(pair)]})
+    return out
+
+
+def references_path(case_file: str | Path) -> Path:
+    case_file = Path(case_file)
+    return case_file.with_name(f"{case_file.stem}.captions.jsonl")
+
+
 def write_change_set(out: str | Path) -> dict:
-    """Write the case file to `out` and the pairs to `change_images/` beside it; return the manifest."""
+    """Write the case file to `out`, the pairs to `change_images/` and the caption references beside it; return the
+    manifest."""
     out = Path(out)
     pairs = change_pairs(SEED, PAIRS)
     write_pair_images(out.parent / IMAGES, pairs)
     cases = build_change_cases(pairs)
+    references = caption_references(cases, pairs)
+    references_path(out).write_text("".join(json.dumps(r) + "\n" for r in references), encoding="utf-8")
     return write_case_file(out, cases, VERSION, ("category", "difficulty"))
+
+
+def change_caption_scores(case_file: str | Path, results: str | Path, seed: int, tokenizer: str = "ptb") -> dict:
+    """Caption metrics of a planning run's answers to the captioning cases (one seed's rows of its results.jsonl)
+    against the references beside the case file; a case without an answer scores as an empty caption."""
+    from geopilot.eval.benchmark_tasks import score_captions
+    from geopilot.fileio import iter_jsonl
+
+    references = {row["id"]: row["references"] for _, row in iter_jsonl(references_path(case_file))}
+    answers = {
+        row["case_id"]: row["run"].get("answer") or ""
+        for _, row in iter_jsonl(Path(results))
+        if row.get("seed") == seed and row.get("case_id") in references
+    }
+    return score_captions(references, answers, tokenizer)
