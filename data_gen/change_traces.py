@@ -1,4 +1,4 @@
-"""Two-image traces for bi-temporal pairs (issue #46): change detection and change captioning.
+"""Two-image traces for bi-temporal pairs: change detection and change captioning.
 
 A change-detection trace is user (two `<image>`, one question) -> think (`detect_changes`) -> tool -> answer, for
 three intents worded by the query grammar (`geopilot.data_gen.wording`): what changed (the changed regions and
