@@ -150,7 +150,7 @@ def change_detection_messages(
     intent = rng.choice(INTENTS)
     difficulty = rng.choice(("easy", "medium", "hard"))
     query = wrap(compose(intent, difficulty, rng).replace("{modality}", record.modality), rng)
-    action = Action(tool=CHANGE_TOOL, params=CHANGE_PARAMS[intent])
+    action = Action(tool=CHANGE_TOOL, params=dict(CHANGE_PARAMS[intent]))
     output = label_output(record, image_artifact)
     reasoning, answer = change_answer(intent, output)
     return [
