@@ -35,9 +35,8 @@ def test_synth_change_traces_train_one_step_with_both_images(tmp_path):
     data = build_training_data(DataConfig(files=files), 1, processor.tokenizer, tokens, tmp_path / "cache")
     rows = list(data.dataset)
     assert len(rows) >= 4 and {len(row["images"]) for row in rows} == {2}
-    assert all(
-        "/A/" in row["images"][0] and "/B/" in row["images"][1] for row in rows if "LEVIR-CD" in row["images"][0]
-    )
+    pairs = [row for row in rows if "LEVIR-CD" in row["images"][0]]
+    assert pairs and all("/A/" in row["images"][0] and "/B/" in row["images"][1] for row in pairs)
     image_id = processor.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     assert all(row["input_ids"].count(image_id) == 2 * tokens for row in rows)
     batch = Collator(processor)(rows[:4])
