@@ -25,6 +25,7 @@ already holds earlier turns it diverges from greedy decoding after a few tokens 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 import time
@@ -126,6 +127,12 @@ def _byte_token_ids(tokenizer) -> frozenset[int]:
     return cached
 
 
+def _split(items: list, counts: list[int]) -> list[list]:
+    """`items` cut into consecutive runs of `counts` (each conversation's images)."""
+    ends = list(itertools.accumulate(counts))
+    return [list(items[end - count : end]) for end, count in zip(ends, counts, strict=True)]
+
+
 class KVSession:
     """A batch of conversations that share one KV cache across turns."""
 
@@ -139,9 +146,11 @@ class KVSession:
         reuse_cache: bool = True,
         logits_processor=None,
         image_grid_thw=None,
+        image_counts: list[int] | None = None,
     ):
         """`pixel_values` and `image_grid_thw` as the model's processor writes them (a grid: one row per image of a
-        native-resolution family, whose pixel rows are each image's patches, concatenated)."""
+        native-resolution family, whose pixel rows are each image's patches, concatenated); `image_counts`: the
+        images of each conversation, in order (None: one each)."""
         import torch
         from transformers import DynamicCache
         from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -163,15 +172,18 @@ class KVSession:
         self.rows = list(range(len(prompts)))
         self.lacks_eos = [False] * len(prompts)
         pixel_values = pixel_values.to(model.device, model.dtype)
-        rows = [1] * len(prompts) if image_grid_thw is None else image_grid_thw.prod(-1).tolist()
-        self.pixel_rows = list(torch.split(pixel_values, rows))  # per conversation, so finished rows can leave
-        self.grid_rows = None if image_grid_thw is None else list(torch.split(image_grid_thw.to(model.device), 1))
+        self.image_counts = list(image_counts or [1] * len(prompts))
+        per_image = [1] * sum(self.image_counts) if image_grid_thw is None else image_grid_thw.prod(-1).tolist()
+        per_row = [sum(c) for c in _split(per_image, self.image_counts)]
+        self.pixel_rows = list(torch.split(pixel_values, per_row))  # per conversation, so finished rows can leave
+        grid = None if image_grid_thw is None else image_grid_thw.to(model.device)
+        self.grid_rows = None if grid is None else list(torch.split(grid, self.image_counts))
         self.positions = None  # the family's position state after the first turn (Qwen2.5-VL: its rope deltas)
         self.cache = DynamicCache(config=model.config)
         self.started = False
         start = time.perf_counter()
         with torch.inference_mode():
-            features = self.family.image_features(model, pixel_values, self._grid())
+            features = list(self.family.image_features(model, pixel_values, self._grid()))  # one per image
             if pixel_values.is_cuda:  # time the work, not the launch
                 torch.cuda.synchronize(pixel_values.device)
         # only the projected features are kept (not every vision layer's hidden states); they are used once
@@ -200,7 +212,9 @@ class KVSession:
         if self.positions is not None:
             self.positions = self.positions[selected]
         if self.image_outputs is not None:
-            self.image_outputs.pooler_output = [self.image_outputs.pooler_output[i] for i in index]
+            per_row = _split(self.image_outputs.pooler_output, self.image_counts)
+            self.image_outputs.pooler_output = [feature for i in index for feature in per_row[i]]
+        self.image_counts = [self.image_counts[i] for i in index]
         if self.started:
             self.cache.batch_select_indices(selected)
         self.lacks_eos = [self.lacks_eos[i] for i in index]
@@ -224,6 +238,7 @@ class KVSession:
         twin.cache.layers = [copy.copy(layer) for layer in self.cache.layers]
         twin.cache.batch_select_indices(selected)  # new tensors: the layers' own are not touched
         twin.rows, twin.lacks_eos, twin.image_outputs = [0], [self.lacks_eos[index]], None
+        twin.image_counts = [self.image_counts[index]]
         return twin
 
     def rewind(self) -> None:

@@ -23,7 +23,13 @@ from geopilot.cancellation import check_cancelled
 from geopilot.errors import ImageInputError
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Modality
-from geopilot.tool_chains import REFERENCE_HELP, REFERENCE_SCHEMA, check_reference
+from geopilot.tool_chains import (
+    IMAGE_REFERENCE_SCHEMA,
+    REFERENCE_HELP,
+    REFERENCE_SCHEMA,
+    check_image_reference,
+    check_reference,
+)
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tools.geo import to_geojson
 
@@ -54,12 +60,15 @@ Threshold = Annotated[
 
 
 Reference = Annotated[Annotated[str, WithJsonSchema(REFERENCE_SCHEMA)] | None, AfterValidator(check_reference)]
+ImageReference = Annotated[
+    Annotated[str, WithJsonSchema(IMAGE_REFERENCE_SCHEMA)] | None, AfterValidator(check_image_reference)
+]
 
 
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    image: Reference = Field(default=None, description=REFERENCE_HELP["image"], examples=["result:1"])
+    image: ImageReference = Field(default=None, description=REFERENCE_HELP["image"], examples=["result:1", "input:2"])
 
 
 class DetectObjectsParams(_Params):

@@ -262,14 +262,14 @@ def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
 
 
 def hf_messages(messages: list[Message], system: str | None = None) -> list[dict]:
-    """Sample messages -> the HF message form `CHAT_TEMPLATE` reads: a user turn with the image is
-    `[{"type": "image"}, {"type": "text", "text": question}]`, each round's tool outputs ONE `tool` message written
+    """Sample messages -> the HF message form `CHAT_TEMPLATE` reads: a user turn with images is
+    `[{"type": "image"}, ..., {"type": "text", "text": question}]` (one image part per image, in order), each round's tool outputs ONE `tool` message written
     by `format_tool_turn`, an assistant turn its compact JSON. `system` replaces Qwen's default system prompt."""
     out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
     for role, text in chat_turns(messages, tool_role=TOOL_TURN_ROLE):
-        if role == "user" and IMAGE_PLACEHOLDER in text:
+        if role == "user" and (count := text.count(IMAGE_PLACEHOLDER)):
             question = text.replace(IMAGE_PLACEHOLDER, "").strip()
-            out.append({"role": role, "content": [{"type": "image"}, {"type": "text", "text": question}]})
+            out.append({"role": role, "content": [{"type": "image"}] * count + [{"type": "text", "text": question}]})
         else:
             out.append({"role": role, "content": text})
     return out
@@ -319,8 +319,10 @@ def render_messages(
 
 
 def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: int | None = None) -> Rendered:
-    """A validated sample -> ids + labels (`num_image_tokens`: this sample's image, from `image_token_count`)."""
-    rendered = render_messages(hf_messages(sample.messages), tokenizer, num_image_tokens if sample.image else 0)
+    """A validated sample -> ids + labels (`num_image_tokens`: each of this sample's images, from
+    `image_token_count`; a sample's images share one size, so one count)."""
+    count = num_image_tokens if sample.image_names else 0
+    rendered = render_messages(hf_messages(sample.messages), tokenizer, count)
     return check_rendered(rendered, sample, max_length)
 
 

@@ -166,7 +166,8 @@ class StepScheduler(Batcher):
         reserved = min(reserved, pilot.context_length or reserved, self.kv_budget_tokens)
         deadline = None if pilot.chat_timeout_s is None else time.monotonic() + pilot.chat_timeout_s
         dialogue = AgentLoop(prepared, pilot.tools, rounds, pilot.tool_timeout_s, pilot.max_tool_calls, deadline)
-        pixels = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])["pixel_values"]
+        pictures = [image.image for image in prepared.images]  # in order: one image's pixels per placeholder
+        pixels = pilot.engine.family.image_inputs(pilot.engine.processor, pictures)["pixel_values"]
         row = Row(job, dialogue, reserved, started, time.perf_counter() - started, pixels, list(prepared.prompt))
         row.processors = _processors(options)
         plan = dialogue.plan_constraint() if pilot.constrain_plans else None
@@ -220,7 +221,9 @@ class StepScheduler(Batcher):
     def _finish(self, row: Row) -> None:
         self._leave(row)
         dialogue = row.dialogue
-        image_tokens = self.pilot.engine.image_tokens_of(dialogue.request.image.image.size)
+        image_tokens = self.pilot.engine.image_tokens_of(dialogue.request.image.image.size) * len(
+            dialogue.request.images
+        )
         dialogue.timings_and_tokens(row.encode_seconds, image_tokens, row.started)
         dialogue.result.describe_image(dialogue.request.image)
         row.job.future.set_result(dialogue.result)

@@ -148,8 +148,9 @@ class Scripts:
     def __init__(self, tokenizer, *scripts: list[str]):
         self.tokenizer, self.scripts, self.sessions = tokenizer, scripts, []
 
-    def __call__(self, prompts, pixel_values, options):
-        assert pixel_values.shape[0] == len(prompts)
+    def __call__(self, prompts, pixel_values, options, image_counts=None):
+        assert pixel_values.shape[0] == sum(image_counts or [1] * len(prompts))  # LLaVA: one pixel row per image
+        self.image_counts = image_counts
         session = ScriptedSession(self.tokenizer, prompts, list(self.scripts))
         self.sessions.append(session)
         return session
