@@ -17,7 +17,7 @@ Preprocessing as upstream's LEVIR-CD evaluation (`datasets/data_utils.py`): RGB 
 std 0.5, in 256 x 256 crops (LEVIR-CD's 1024 px tiles are cut into 16 crops without overlap, as the paper does);
 see `BitCd.detect` for other sizes.
 
-    detector = BitCd.from_weights("/path/bit_cd/BIT_LEVIR_best_ckpt.pt")
+    detector = BitCd.from_weights("/path/bit_cd/BIT_LEVIR/best_ckpt.pt")   # geopilot.tools.weight_files
     changed = detector.detect(before, after)   # PIL images of one size -> (H, W) bool, True = changed
 """
 
@@ -38,7 +38,6 @@ from geopilot.tools.precision import check_precision
 from geopilot.tools.weights import float_dtypes, load_strict, pick_device, place, remap_keys
 
 BACKEND = "bit_cd"
-CHECKPOINT = "BIT_LEVIR_best_ckpt.pt"  # upstream's checkpoints/BIT_LEVIR/best_ckpt.pt, renamed to say what it is
 CROP = 256  # upstream's img_size
 WIDTH = 32  # feature and token width
 TOKENS = 4
