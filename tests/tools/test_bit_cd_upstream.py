@@ -1,4 +1,5 @@
-"""BIT against upstream's network in fp32 (issue 46): same random weights, same change logits.
+"""BIT against upstream's network in fp32 (issue 46): same random weights, same change logits; upstream's training
+checkpoint format loads strictly and runs through `geopilot tools run detect_changes`.
 
 Upstream: github.com/justchenhao/BIT_CD at adcd7ae. Its modules import torchvision's private `models.utils` and
 einops, so they are reimplemented below with upstream's module and parameter names (the state dict is upstream's,
@@ -18,13 +19,21 @@ Our `BitNet` takes upstream's state dict through `geopilot.tools.bit_cd.upstream
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from helpers.weights import bit_cd_checkpoint
 from PIL import Image
 from torch import nn
 
+from geopilot.cli import main
+from geopilot.errors import WeightsError
+from geopilot.tool_output import ToolOutput, decode_mask
 from geopilot.tools.bit_cd import CROP, BitCd, BitNet, normalise, upstream_key_to_ours
+from geopilot.tools.weight_files import BIT_CD_CHECKPOINT
 from geopilot.tools.weights import load_strict, remap_keys
 
 FP32_TOLERANCE = 1e-4  # same float32 maths, a fused attention kernel instead of einsums: measured below 1e-5
@@ -351,3 +360,132 @@ def test_upstream_state_dict_keys_map_onto_ours_exactly():
     assert upstream_key_to_ours("transformer_decoder.layers.3.0.fn.fn.to_q.weight") == "decoder.3.attention.q.weight"
     assert upstream_key_to_ours("transformer.layers.0.1.fn.fn.net.3.bias") == "encoder.mlp.2.bias"
     assert upstream_key_to_ours("classifier.1.running_var") == "head.1.running_var"
+
+
+def save_upstream_checkpoint(path: Path, upstream: nn.Module) -> Path:
+    """What upstream's trainer writes (`models/trainer.py` L141-149): the network's state dict beside numpy float64
+    bookkeeping (`best_val_acc` is `cm2score`'s mF1) and the optimizer's state."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "epoch_id": 199,
+            "best_val_acc": np.float64(0.9),
+            "best_epoch_id": 187,
+            "model_G_state_dict": upstream.state_dict(),
+            "optimizer_G_state_dict": {"state": {}, "param_groups": [{"lr": 0.01, "momentum": 0.9, "params": [0]}]},
+        },
+        path,
+    )
+    return path
+
+
+def _pair_pixels() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    before = rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)
+    after = before.copy()
+    after[40:120, 60:200] = 255
+    return before, after
+
+
+def balanced(upstream: BASE_Transformer, before: np.ndarray, after: np.ndarray) -> BASE_Transformer:
+    """Move the "changed" bias so that about half of this pair's pixels change (a random net says all or none)."""
+    a, b = (torch.from_numpy(normalise(Image.fromarray(x)))[None] for x in (before, after))
+    with torch.no_grad():
+        logits = upstream(a, b)[0]
+        upstream.classifier[3].bias[1] -= (logits[1] - logits[0]).median()
+    return upstream
+
+
+@pytest.fixture(scope="module")
+def upstream_weights(tmp_path_factory) -> tuple[Path, BASE_Transformer]:
+    """$GEOPILOT_WEIGHTS_DIR-style folder holding a random upstream network as bit_cd/BIT_LEVIR/best_ckpt.pt."""
+    upstream = balanced(random_upstream(11), *_pair_pixels())
+    root = tmp_path_factory.mktemp("weights")
+    save_upstream_checkpoint(root / "bit_cd" / BIT_CD_CHECKPOINT, upstream)
+    return root, upstream
+
+
+def test_upstreams_training_checkpoint_loads_strictly(upstream_weights):
+    root, upstream = upstream_weights
+    detector = BitCd.from_weights(root / "bit_cd" / BIT_CD_CHECKPOINT, device="cpu")
+    assert sum(p.numel() for p in detector.model.parameters()) == 3_037_026
+    loaded = detector.model.state_dict()
+    assert torch.equal(
+        loaded["decoder.5.attention.k.weight"], upstream.transformer_decoder.layers[5][0].fn.fn.to_k.weight
+    )
+    assert torch.equal(
+        loaded["trunk.layer3.0.downsample.1.running_var"], upstream.resnet.layer3[0].downsample[1].running_var
+    )
+
+
+def test_a_checkpoint_with_an_extra_key_or_pickled_code_is_refused(tmp_path):
+    upstream = random_upstream(0)
+    state = upstream.state_dict()
+    state["transformer.layers.1.0.fn.norm.weight"] = torch.ones(32)
+    torch.save({"model_G_state_dict": state}, tmp_path / "extra.pt")
+    with pytest.raises(WeightsError, match=r"unexpected keys \(1\): transformer\.layers\.1\.0\.fn\.norm\.weight"):
+        BitCd.from_weights(tmp_path / "extra.pt")
+    torch.save({"model_G_state_dict": upstream.state_dict(), "hook": print}, tmp_path / "code.pt")
+    with pytest.raises(WeightsError, match="not a readable BIT checkpoint"):
+        BitCd.from_weights(tmp_path / "code.pt")
+
+
+def test_released_checkpoint_loads_and_finds_change():
+    """The real BIT_LEVIR (skips without it): it loads strictly and marks a pasted block as changed, not noise."""
+    detector = BitCd.from_weights(bit_cd_checkpoint(), device="cpu")
+    rng = np.random.default_rng(0)
+    before = np.clip(rng.normal(110, 8, (256, 256, 3)), 0, 255).astype(np.uint8)
+    after = before.copy()
+    after[96:160, 96:160] = (200, 60, 40)
+    changed = detector.detect(Image.fromarray(before), Image.fromarray(after))
+    assert changed[112:144, 112:144].mean() > 0.5 and changed.mean() < 0.2
+
+
+def _pair_files(folder: Path) -> tuple[Path, Path]:
+    paths = folder / "before.png", folder / "after.png"
+    for path, pixels in zip(paths, _pair_pixels(), strict=True):
+        Image.fromarray(pixels).save(path)
+    return paths
+
+
+def test_cli_detect_changes_runs_the_checkpoint_on_two_images(tmp_path, upstream_weights, monkeypatch, capsys):
+    root, upstream = upstream_weights
+    monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(root))
+    before, after = _pair_files(tmp_path)
+    out = tmp_path / "out"
+    args = ["tools", "run", "detect_changes", "--image", str(before), "--image", str(after), "--out", str(out)]
+    assert main([*args, "device=cpu"]) == 0, capsys.readouterr().err
+    report = json.loads((out / "output.json").read_text())
+    output = ToolOutput.model_validate(report["output"])
+    detector = BitCd(ours_from(upstream), torch.device("cpu"))
+    expected = detector.detect(Image.open(before), Image.open(after))
+    (segment,) = output.segments
+    assert np.array_equal(decode_mask(segment.mask).astype(bool), expected) and 0.2 < expected.mean() < 0.8
+    assert output.data == {
+        "changed_fraction": round(float(expected.mean()), 6),
+        "changed_objects": len(output.detections),
+    }
+    assert all(d.label == "building" and d.mask is not None for d in output.detections)
+    image_artifact, mask_artifact = output.artifacts
+    assert (image_artifact.kind, mask_artifact.kind) == ("image", "mask")
+    assert np.array_equal(np.asarray(Image.open(mask_artifact.path)) > 0, expected)
+    regions = np.asarray(Image.open(image_artifact.path))
+    assert np.array_equal(regions[~expected], np.zeros_like(regions[~expected]))
+    assert np.array_equal(regions[expected], np.asarray(Image.open(after).convert("RGB"))[expected])
+
+
+def test_cli_one_image_or_two_sizes_or_an_unknown_class_is_one_line(tmp_path, upstream_weights, monkeypatch, capsys):
+    monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(upstream_weights[0]))
+    before, after = _pair_files(tmp_path)
+    assert main(["tools", "run", "detect_changes", "--image", str(before), "device=cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("this chat has 1: image 2 is missing") and "\n" not in err
+    small = tmp_path / "small.png"
+    Image.new("RGB", (100, 80)).save(small)
+    assert main(["tools", "run", "detect_changes", "--image", str(before), "--image", str(small), "device=cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "image 2 is 100x80 px but image 1 is 256x256" in err and "\n" not in err
+    params = ["--params", '{"classes": ["road"]}']
+    assert main(["tools", "run", "detect_changes", "--image", str(before), "--image", str(after), *params]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "detects building change only; it cannot look for ['road']" in err and "\n" not in err
