@@ -50,8 +50,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--image",
         action="append",
         default=None,
-        help="image file (PNG/JPEG/TIFF/GeoTIFF); repeat it for a tool that reads several (detect_changes: before, "
-        "then after); not with --catalog",
+        help="image file (PNG/JPEG/TIFF/GeoTIFF); repeat for a tool that reads several (before, after, in order, "
+        "one size); not with --catalog",
     )
     parser.add_argument(
         "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
@@ -136,10 +136,10 @@ def run_tool(args: argparse.Namespace) -> int:
             load_image(path, max_pixels=config.max_pixels, bands=args.bands or config.bands) for path in args.image
         ]
         check_same_size(images)
-        image = images[0]
-        for note in dict.fromkeys(n for each in images for n in each.notes):  # said once: a guessed band choice, ...
+        for note in dict.fromkeys(n for image in images for n in image.notes):  # said once: bands, CRS, ...
             print(f"geopilot tools run: {note}", file=sys.stderr)
         tool.prepare()  # missing weights or an unavailable backend: exit 2 before anything runs
+        image = images[0]
     result = registry.call(action, image, images=images)
     report = {
         "tool": result.tool,

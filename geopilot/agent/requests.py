@@ -14,6 +14,7 @@ from geopilot.generation import GenerationOptions
 from geopilot.image import check_same_size, infer_modality, load_image
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import (
+    DEFAULT_MAX_IMAGES,
     IMAGE_PLACEHOLDER,
     MESSAGE_ROLES,
     AssistantMessage,
@@ -25,7 +26,6 @@ from geopilot.sample import (
 
 _HISTORY = TypeAdapter(list[Message])
 DEFAULT_MAX_TOOL_CALLS = 8  # calls run per plan; the rest come back as `call_limit` errors
-DEFAULT_MAX_IMAGES = 4  # images per request (before, after, ...): each costs its image tokens of the context
 
 
 class ChatRequest(BaseModel):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from geopilot.chat_template import hf_messages
 from geopilot.errors import GeoPilotInputError, ImageInputError
-from geopilot.families import family_of_processor, llava, qwen2_5_vl
+from geopilot.families import family_of_processor, qwen2_5_vl
 from geopilot.image import load_image
 from geopilot.model import load_model
 from geopilot.render import IGNORE_INDEX, render_sample, render_text
@@ -290,37 +290,38 @@ def test_max_images_is_configurable(make_pilot):
         make_pilot([answer("x")], max_images=0)
 
 
-def test_answer_turn_with_kv_reuse_equals_a_re_prefill_with_two_images(tiny):
-    """LLaVA's KV session over a batch of a two-image and a one-image conversation: the answer turn on the reused
-    cache equals a full re-prefill (the image features of each row stay with it)."""
+@pytest.mark.parametrize("family_name", ["llava", "qwen2_5_vl"])
+def test_answer_turn_with_kv_reuse_equals_a_re_prefill_with_two_images(family_name, tiny, qwen):
+    """Each family's KV session over a batch of a two-image and a one-image conversation: the answer turn on the
+    reused cache equals a full re-prefill (each row's image features and grid rows stay with it)."""
     import torch
 
     from geopilot.generation import GenerationOptions, KVSession
 
-    model, processor = tiny
-    tok = processor.tokenizer
-    count = llava.image_token_count(processor, 0, 0)
+    model, processor = tiny if family_name == "llava" else qwen
+    family, tok = family_of_processor(processor), processor.tokenizer
+    count = family.image_token_count(processor, *scene(1).size)
     pair = [{"role": "user", "content": f"<image>\n<image>\n{QUESTION}"}]
     one = [{"role": "user", "content": "<image>\nAny ships?"}]
-    prompts = [llava.prompt_ids(parse_messages(m), tok, count) for m in (pair, one)]
-    pixels = llava.image_inputs(processor, [scene(1), scene(2), scene(3)])["pixel_values"]
+    prompts = [family.prompt_ids(parse_messages(m), tok, count) for m in (pair, one)]
+    inputs = family.image_inputs(processor, [scene(1), scene(2), scene(3)])
+    pixels = inputs.pop("pixel_values")
     think = GenerationOptions(max_new_tokens=4, min_new_tokens=4)
-    reuse = KVSession(model, tok, prompts, pixels, think, image_counts=[2, 1])
-    again = KVSession(model, tok, prompts, pixels, think, reuse_cache=False, image_counts=[2, 1])
+    reuse = KVSession(model, tok, prompts, pixels, think, image_counts=[2, 1], **inputs)
+    again = KVSession(model, tok, prompts, pixels, think, reuse_cache=False, image_counts=[2, 1], **inputs)
     assert [t.token_ids for t in reuse.generate([0, 1])] == [t.token_ids for t in again.generate([0, 1])]
-    tail = llava.tail_ids(tok, "detect_objects output: {}\n\nAnswer my first question: " + QUESTION)
+    tail = family.tail_ids(tok, "detect_objects output: {}\n\nAnswer my first question: " + QUESTION)
     answer_options = GenerationOptions(max_new_tokens=5, min_new_tokens=5)
     reuse.generation_config = again.generation_config = answer_options.generation_config(tok)
-    ans_a, ans_b = (
-        reuse.generate([0, 1], [tail, tail], keep_logits=True),
-        again.generate([0, 1], [tail, tail], keep_logits=True),
-    )
-    for a, b in zip(ans_a, ans_b, strict=True):
+    answers = [session.generate([0, 1], [tail, tail], keep_logits=True) for session in (reuse, again)]
+    for a, b in zip(*answers, strict=True):
         assert a.token_ids == b.token_ids
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
-    rows = KVSession(model, tok, prompts, pixels, think, image_counts=[2, 1])
+    rows = KVSession(model, tok, prompts, pixels, think, image_counts=[2, 1], **inputs)
     rows.generate([1])  # the two-image row leaves: the one-image row keeps its own image
-    assert rows.image_counts == [1] and rows.pixel_rows[0].shape[0] == 1
+    grid = inputs.get("image_grid_thw")
+    last = 1 if grid is None else int(grid[2].prod())  # the third image's pixel rows
+    assert rows.image_counts == [1] and torch.equal(rows.pixel_rows[0].cpu(), pixels[-last:].to(model.dtype))
 
 
 def parse_messages(messages: list[dict]):
@@ -329,3 +330,46 @@ def parse_messages(messages: list[dict]):
     from geopilot.sample import Message
 
     return TypeAdapter(list[Message]).validate_python(messages)
+
+
+# -- `geopilot chat --image A --image B` on the real tiny model ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dates(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("dates")
+    paths = [str(folder / name) for name in ("before.png", "after.png", "small.png")]
+    for index, (path, size) in enumerate(zip(paths, [(80, 60), (80, 60), (40, 40)], strict=True)):
+        scene(index, size).save(path)
+    return paths
+
+
+def test_cli_chat_reads_two_images_in_order(tiny_model_dir, dates, capsys):
+    import json
+
+    from geopilot.cli import main
+
+    base = ["chat", "--model", str(tiny_model_dir), "--device", "cpu", "--max-new-tokens", "24", "--json"]
+    assert main([*base, "--image", dates[0], "--image", dates[1], QUESTION]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["messages"][0]["content"] == f"<image>\n<image>\n{QUESTION}"
+    assert data["tokens"]["image"] == 2 * 16  # the tiny LLaVA's 16 tokens per image
+    assert main([*base, "--image", dates[0], QUESTION]) == 0  # one --image: as always
+    one = json.loads(capsys.readouterr().out)
+    assert one["messages"][0]["content"] == f"<image>\n{QUESTION}" and one["tokens"]["image"] == 16
+
+
+@pytest.mark.parametrize(
+    "images, extra, message",
+    [
+        ([0, 2], [], "image 2 is 40x40 px but image 1 is 80x60"),
+        ([0, 1, 0], ["--max-images", "2"], "3 --image given, over the limit of 2 (--max-images)"),
+    ],
+)
+def test_cli_bad_image_lists_exit_2_with_one_line(tiny_model_dir, dates, capsys, images, extra, message):
+    from geopilot.cli import main
+
+    args = [a for i in images for a in ("--image", dates[i])]
+    assert main(["chat", "--model", str(tiny_model_dir), "--device", "cpu", *args, *extra, QUESTION]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -139,3 +139,23 @@ def test_static_is_kept_behind_the_flag_and_for_engines_it_cannot_drive(pilot, s
             assert type(batcher) is Batcher
         finally:
             batcher.close()
+
+
+def test_a_two_image_request_equals_the_unbatched_server(pilot):
+    """Two images (before, after) in a step-scheduled batch beside one-image rows: the same turns as the static
+    path, and twice the image tokens."""
+    pair = _job(7, 32)
+    pair.request["image"] = [pair.request["image"], np.random.default_rng(8).integers(0, 255, (16, 16, 3), np.uint8)]
+    jobs = lambda: [_job(0, 24), Job(dict(pair.request), pair.options, 1), _job(1, 48)]  # noqa: E731
+    unbatched = Batcher(pilot, max_batch=1)
+    step = StepScheduler(pilot, kv_budget_tokens=100_000)
+    try:
+        reference = [unbatched.submit(job).result(timeout=120) for job in jobs()]
+        results = [future.result(timeout=120) for future in [step.submit(job) for job in jobs()]]
+    finally:
+        unbatched.close()
+        step.close()
+    for a, b in zip(reference, results, strict=True):
+        _same(a, b)
+    assert results[1].tokens.image == 2 * results[0].tokens.image
+    assert results[1].messages[0].content.startswith("<image>\n<image>\n")
