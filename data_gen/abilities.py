@@ -103,7 +103,7 @@ ABILITIES: dict[str, AbilitySpec] = {
         AbilitySpec(
             "cloud_removal", "Cloud Removal", {"optical": "remove_clouds"}, lambda r: r.cloud_free_image is not None
         ),
-        # two images (data_gen/change_traces.py): not in the paper's Table 2, issue #46
+        # two images (data_gen/change_traces.py): beyond the paper's Table 2
         AbilitySpec(CHANGE_DETECTION, "Change Detection", {"optical": CHANGE_TOOL}, has_change_label),
         AbilitySpec(CHANGE_CAPTIONING, "Change Captioning", {"optical": None}, lambda r: bool(change_captions(r))),
     ]

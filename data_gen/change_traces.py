@@ -1,4 +1,4 @@
-"""Two-image traces for bi-temporal pairs (issue #46): change detection and change captioning.
+"""Two-image traces for bi-temporal pairs: change detection and change captioning.
 
 A change-detection trace is user (two `<image>`, one question) -> think (`detect_changes`) -> tool -> answer, for
 three intents worded by the query grammar (`geopilot.data_gen.wording`): what changed (the changed regions and
@@ -150,7 +150,7 @@ def change_detection_messages(
     intent = rng.choice(INTENTS)
     difficulty = rng.choice(("easy", "medium", "hard"))
     query = wrap(compose(intent, difficulty, rng).replace("{modality}", record.modality), rng)
-    action = Action(tool=CHANGE_TOOL, params=CHANGE_PARAMS[intent])
+    action = Action(tool=CHANGE_TOOL, params=dict(CHANGE_PARAMS[intent]))
     output = label_output(record, image_artifact)
     reasoning, answer = change_answer(intent, output)
     return [

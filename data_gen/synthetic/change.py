@@ -70,9 +70,10 @@ def change_pair(rng: np.random.Generator, changed: bool = True) -> ChangePair:
     taken: list[Rect] = []
     old = _buildings(rng, int(rng.integers(3, 7)), taken)
     roofs = [tuple(int(v) for v in rng.integers(120, 230, size=3)) for _ in old]
-    demolished = (
-        [old[i] for i in sorted(rng.choice(len(old), int(rng.integers(0, 3)), replace=False))] if changed else []
-    )
+    demolished = []
+    if changed:
+        gone = min(int(rng.integers(0, 3)), len(old))  # a crowded patch may hold fewer buildings than asked
+        demolished = [old[i] for i in sorted(rng.choice(len(old), gone, replace=False))]
     built = _buildings(rng, int(rng.integers(1, 4)), taken) if changed else []
     new_roofs = [tuple(int(v) for v in rng.integers(120, 230, size=3)) for _ in built]
     before = _paint(ground, old, roofs)

@@ -1,4 +1,4 @@
-"""Issue #46, the data side: LEVIR-CD and LEVIR-CC read in their published layouts (bad pairs skipped and counted),
+"""The change data: LEVIR-CD and LEVIR-CC read in their published layouts (bad pairs skipped and counted),
 two-image change traces whose tool output is exactly the labelled change, and `geopilot synth`'s bi-temporal pairs."""
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def test_shipped_configs_name_real_readers_and_abilities(name):
     config = load_config(GenerateConfig, path)
     assert {s.reader for s in config.sources} <= set(READERS)
     assert all(set(s.abilities or []) <= set(ABILITIES) for s in config.sources)
-    pairs = {"levir_cd", "levir_cc"}  # issue #46's bi-temporal sources, beyond the paper's Table 2
+    pairs = {"levir_cd", "levir_cc"}  # the bi-temporal sources, beyond the paper's Table 2
     if name == "paper.yaml":  # the paper's Table 2: every other reader is used
         assert {s.reader for s in config.sources} == set(READERS) - pairs
     if name == "change.yaml":
