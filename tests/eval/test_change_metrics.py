@@ -1,12 +1,20 @@
-"""Change-mask scores on hand-computed cases: the changed class of one confusion matrix summed over the split."""
+"""Change-mask scores on hand-computed cases: the changed class of one confusion matrix summed over the split;
+`geopilot eval change-masks` scoring a change tool on a LEVIR-CD split."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from PIL import Image
 
+from geopilot.data_gen.readers.levir_cd import read_levir_cd
+from geopilot.data_gen.synthetic.change import change_pairs, write_levir_cd
+from geopilot.eval.change_masks_cli import score_change_masks
 from geopilot.eval.task_metrics.change import ChangeConfusion, change_scores
 from geopilot.eval.task_metrics.segmentation import ConfusionMatrix, MaskShapeError
+from geopilot.tool_protocol import ToolRegistry
+from geopilot.tools.adapters import ChangeDetectorAdapter
+from geopilot.tools.task_tools import TASKS_BY_NAME, TaskTool
 
 
 def test_one_pair_by_hand():
@@ -52,3 +60,27 @@ def test_undefined_ratios_are_none_and_shapes_must_match():
     assert confusion.scores() == {"precision": None, "recall": None, "f1": None, "iou": None, "oa": 1.0, "pixels": 4}
     with pytest.raises(MaskShapeError, match=r"predicted change mask is \(2, 3\) but the label is \(2, 2\)"):
         confusion.add(np.zeros((2, 3)), np.zeros((2, 2)))
+
+
+class BrighterRed:
+    """A per-pixel stand-in change model: changed where the after image is brighter in red."""
+
+    change_class = "building"
+
+    def detect(self, before: Image.Image, after: Image.Image) -> np.ndarray:
+        return np.asarray(after)[..., 0].astype(int) > np.asarray(before)[..., 0].astype(int)
+
+
+def test_change_masks_scores_the_tool_on_a_levir_cd_split(tmp_path):
+    """`geopilot eval change-masks`' scoring: the tool's `change` segment against each label, one matrix."""
+    pairs = change_pairs(seed=3, count=5)  # the fifth has no change: its label is all 0
+    write_levir_cd(tmp_path / "LEVIR-CD", pairs)
+    records, _ = read_levir_cd(tmp_path / "LEVIR-CD", "train")
+    spec = TASKS_BY_NAME["detect_changes"]
+    tool = TaskTool(spec, ChangeDetectorAdapter(BrighterRed(), tmp_path / "artifacts"), "stand-in", 10**8)
+    scores = score_change_masks(ToolRegistry([tool]), records)
+    expected = ChangeConfusion()
+    for pair in pairs:
+        expected.add(pair.after[..., 0].astype(int) > pair.before[..., 0].astype(int), pair.label)
+    assert scores == {**expected.scores(), "pairs": 5, "failed": 0, "failures": []}
+    assert 0.0 < scores["f1"] < 1.0 and scores["pixels"] == 5 * 256 * 256

@@ -489,3 +489,21 @@ def test_cli_one_image_or_two_sizes_or_an_unknown_class_is_one_line(tmp_path, up
     assert main(["tools", "run", "detect_changes", "--image", str(before), "--image", str(after), *params]) == 1
     err = capsys.readouterr().err.strip()
     assert "detects building change only; it cannot look for ['road']" in err and "\n" not in err
+
+
+def test_eval_change_masks_scores_the_checkpoint_on_a_levir_cd_split(tmp_path, upstream_weights, monkeypatch, capsys):
+    from geopilot.data_gen.synthetic.change import change_pairs, write_levir_cd
+    from geopilot.eval.task_metrics.change import ChangeConfusion
+
+    root, upstream = upstream_weights
+    monkeypatch.setenv("GEOPILOT_WEIGHTS_DIR", str(root))
+    pairs = change_pairs(seed=4, count=2)
+    write_levir_cd(tmp_path / "LEVIR-CD", pairs)
+    args = ["eval", "change-masks", "--data", str(tmp_path / "LEVIR-CD"), "--split", "train", "--out", str(tmp_path)]
+    assert main([*args, "device=cpu"]) == 0, capsys.readouterr().err
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    detector, expected = BitCd(ours_from(upstream), torch.device("cpu")), ChangeConfusion()
+    for pair in pairs:
+        expected.add(detector.detect(Image.fromarray(pair.before), Image.fromarray(pair.after)), pair.label)
+    assert {k: metrics[k] for k in ("precision", "recall", "f1", "iou", "oa", "pixels")} == expected.scores()
+    assert metrics["pairs"] == 2 and metrics["failed"] == 0 and "f1" in capsys.readouterr().out
