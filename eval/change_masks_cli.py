@@ -28,7 +28,7 @@ SHOWN_FAILURES = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tools_config_argument(parser)
     parser.add_argument("--data", required=True, help="LEVIR-CD root: <split>/A, <split>/B, <split>/label")
-    parser.add_argument("--split", default="test", choices=("train", "val", "test"))
+    parser.add_argument("--split", default="test", choices=("train", "val", "test"), help="which split to score")
     parser.add_argument("--out", type=output_folder, required=True, help="folder for metrics.json")
     add_override_arguments(parser, "device=cpu")
 

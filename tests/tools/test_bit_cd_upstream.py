@@ -36,7 +36,7 @@ from geopilot.tools.bit_cd import CROP, BitCd, BitNet, normalise, upstream_key_t
 from geopilot.tools.weight_files import BIT_CD_CHECKPOINT
 from geopilot.tools.weights import load_strict, remap_keys
 
-FP32_TOLERANCE = 1e-4  # same float32 maths, a fused attention kernel instead of einsums: measured below 1e-5
+FP32_TOLERANCE = 1e-4  # same float32 maths, a fused attention kernel instead of einsums: measured 7e-7
 
 
 class UpstreamBasicBlock(nn.Module):  # resnet.py L35-73
