@@ -47,6 +47,7 @@ COUNTS = {"change_detection": 25, "change_counting": 25, "change_area": 25, "cha
 TOOL = "detect_changes"
 BUILDING_NAMES = ["building", "house", "built up area"]  # what a classes param may call buildings
 AREA_TOLERANCE = 0.5  # percentage points
+SOURCE = "LEVIR-CD"  # the pairs' annotation source: synth's scenes in LEVIR-CD's layout, whose changes are buildings
 
 QUERIES: dict[str, dict[str, list[str]]] = {
     "change_detection": {
@@ -159,9 +160,11 @@ def build_change_cases(pairs: list[ChangePair]) -> list[dict]:
                 i = rng.randrange(len(pairs))
                 truth = truths[i]
                 tools, checks, numbers = ([], [], []) if category == "change_captioning" else ([TOOL], [], [])
+                calls = [{"tool": TOOL}] if tools else []
                 if category == "change_counting":
                     checks = [{"tool": TOOL, "field": "classes", "op": "any_of", "value": BUILDING_NAMES}]
                     numbers = [{"label": "building", "value": truth["regions"]}]
+                    calls = [{"tool": TOOL, "params": {"classes": [BUILDING_NAMES[0]]}}]
                 elif category == "change_area":
                     numbers = [{"label": "%", "value": truth["percent"], "tolerance": AREA_TOLERANCE}]
                 cases.append(
@@ -177,6 +180,7 @@ def build_change_cases(pairs: list[ChangePair]) -> list[dict]:
                         "param_checks": checks,
                         "ground_truth": numbers,
                         "max_rounds": len(tools),
+                        "reference_calls": calls,
                     }
                 )
                 k += 1
@@ -193,20 +197,40 @@ def caption_references(cases: list[dict], pairs: list[ChangePair]) -> list[dict]
     return out
 
 
+def pair_annotations(pairs: list[ChangePair]) -> list[dict]:
+    """The suite's annotation records (`<stem>.annotations.json`, read by `geopilot.eval.toolkit.annotation_layer`):
+    each pair's before image, after image and label, so `detect_changes` answers from the label in a planning run.
+    """
+    return [
+        {
+            "source": SOURCE,
+            "image": f"{IMAGES}/pair_{i:02d}_A.jpg",
+            "after_image": f"{IMAGES}/pair_{i:02d}_B.jpg",
+            "change_mask": f"{IMAGES}/pair_{i:02d}_label.png",
+            "width": int(pair.label.shape[1]),
+            "height": int(pair.label.shape[0]),
+            "modality": "optical",
+        }
+        for i, pair in enumerate(pairs)
+    ]
+
+
 def references_path(case_file: str | Path) -> Path:
     case_file = Path(case_file)
     return case_file.with_name(f"{case_file.stem}.captions.jsonl")
 
 
 def write_change_set(out: str | Path) -> dict:
-    """Write the case file to `out`, the pairs to `change_images/` and the caption references beside it; return the
-    manifest."""
+    """Write the case file to `out`, the pairs to `change_images/`, the caption references and the pairs' annotations
+    beside it; return the manifest."""
     out = Path(out)
     pairs = change_pairs(SEED, PAIRS)
     write_pair_images(out.parent / IMAGES, pairs)
     cases = build_change_cases(pairs)
     references = caption_references(cases, pairs)
     references_path(out).write_text("".join(json.dumps(r) + "\n" for r in references), encoding="utf-8")
+    annotations = out.with_name(f"{out.stem}.annotations.json")
+    annotations.write_text(json.dumps(pair_annotations(pairs), indent=1) + "\n", encoding="utf-8")
     return write_case_file(out, cases, VERSION, ("category", "difficulty"))
 
 

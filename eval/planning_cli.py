@@ -159,5 +159,10 @@ def run(args: argparse.Namespace) -> int:
                     for m in ("first_step", "second_step", "both", "answer", "chain")
                 )
             )
+        for seed, scores in summary.get("captions", {}).items():
+            print(
+                f"captions (seed {seed}, {scores['total']} cases): "
+                + "  ".join(f"{m} {100 * scores[m]:.1f}" for m in ("BLEU-4", "ROUGE-L", "CIDEr"))
+            )
         print(f"reports in {args.out}: results.jsonl cases.csv summary.json leaderboard.md leaderboard.png")
     return 0

@@ -48,6 +48,8 @@ def _clause(key: str, item: Any) -> str:
     text = f"{key.replace('_', ' ')} {render(item)}"
     if key == "change" and isinstance(item, int | float) and item:
         text += " (an increase)" if item > 0 else " (a decrease)"
+    if key.endswith("_fraction") and isinstance(item, float):  # questions ask for a share in percent
+        text += f" ({100 * item:.2f} %)"
     return text
 
 

@@ -4,7 +4,8 @@ The folder is a `geopilot.run_dir.RunDir`: `run.json` records the run's config (
 case-file hash, tool layer, scorer version), and a different config in the same DIR is refused naming what differs.
 The log is append-only and resumable: each row carries the config's fingerprint and the prompt hash; re-running the
 same command skips the (case, seed) pairs already there, so a killed run finishes without duplicate rows. After the loop the reports are rewritten from the log: `cases.csv`, `summary.json`,
-`leaderboard.md` and `leaderboard.png` (geopilot.eval.benchmark_report).
+`leaderboard.md` and `leaderboard.png` (geopilot.eval.benchmark_report). A suite shipping reference captions (change_v1)
+also gets its captioning answers' caption metrics per seed in `summary.json["captions"]`.
 """
 
 from __future__ import annotations
@@ -117,5 +118,18 @@ def run_benchmark(
             "cases_sha256": case_set.sha256,
         }
     )
+    captions = caption_scores(case_set, results, seeds)
+    if captions is not None:
+        summary["captions"] = captions
     write_reports(out, rows, summary)
     return summary
+
+
+def caption_scores(case_set: CaseSet, results: Path, seeds: list[int]) -> dict[str, dict] | None:
+    """Caption metrics of the answers to a suite's captioning cases, per seed, when the case file ships reference
+    captions beside it (`<stem>.captions.jsonl`, change_v1's change captioning); None for any other suite."""
+    from geopilot.eval.change_set import change_caption_scores, references_path
+
+    if not references_path(case_set.path).is_file():
+        return None
+    return {str(seed): change_caption_scores(case_set.path, results, seed) for seed in seeds}

@@ -27,7 +27,7 @@ PROMPT_VERSION = "planning-v1"
 class FixtureBackend:
     """Answers every validated call with an empty canonical output (the planning metrics never read it)."""
 
-    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+    def run(self, tool: str, image: LoadedImage, params: BaseModel, **images: list[LoadedImage]) -> ToolOutput:
         return ToolOutput()
 
 
@@ -67,11 +67,11 @@ class AnnotationLookup:
                 if path is not None:
                     self.backends.setdefault(_pixels_key(load_image(root / path)), backend)
 
-    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
-        backend = self.backends.get(_pixels_key(image))
+    def run(self, tool: str, image: LoadedImage, params: BaseModel, **images: list[LoadedImage]) -> ToolOutput:
+        backend = self.backends.get(_pixels_key(image))  # a pair's record is found by its image 1 (before)
         if backend is None:
             raise ValueError("this image has no annotations in the suite")
-        return backend.run(tool, image, params)
+        return backend.run(tool, image, params, **images)
 
 
 def _pixels_key(image: LoadedImage) -> str:
@@ -81,8 +81,9 @@ def _pixels_key(image: LoadedImage) -> str:
 
 
 def annotation_layer(annotations: str | Path) -> tuple[ToolRegistry, str]:
-    """The ten tools answering from a suite's annotation records (`<stem>.annotations.json` next to its case file,
-    e.g. the chain suite's): real outputs, so a chain's second step has the first one's artefact to read."""
+    """The task tools answering from a suite's annotation records (`<stem>.annotations.json` next to its case file,
+    e.g. the chain suite's, or the change suite's before/after pairs with their labels): real outputs, so a chain's
+    second step has the first one's artefact to read and a change question has the label's numbers."""
     from geopilot.records import AnnotationRecord, ObjectAnnotation, ReferringExpression, SemanticSegmentation
     from geopilot.tools.task_tools import TASKS, TaskTool
 
@@ -92,7 +93,7 @@ def annotation_layer(annotations: str | Path) -> tuple[ToolRegistry, str]:
         semantic = raw.get("semantic")
         records.append(
             AnnotationRecord(
-                source="suite",
+                source=raw.get("source", "suite"),
                 image=raw["image"],
                 width=raw["width"],
                 height=raw["height"],
@@ -113,6 +114,8 @@ def annotation_layer(annotations: str | Path) -> tuple[ToolRegistry, str]:
                     semantic["mask_path"], {int(k): v for k, v in semantic["class_names"].items()}
                 ),
                 cloud_free_image=raw.get("cloud_free_image"),
+                after_image=raw.get("after_image"),
+                change_mask=raw.get("change_mask"),
             )
         )
     backend = AnnotationLookup(records, path.parent)
