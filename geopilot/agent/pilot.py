@@ -251,6 +251,7 @@ class GeoPilot:
             request.system,
             request.client_tools,
             registry,
+            getattr(self.engine, "box_codec", lambda size: None)(image.image.size),
         )
 
     def _run(

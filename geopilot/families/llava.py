@@ -23,7 +23,10 @@ FREEZE_GROUPS = {  # freeze flag -> parameter name prefixes
     "projector": ("model.multi_modal_projector.",),
     "language_model": ("model.language_model.", "lm_head."),
 }
-BOX_CONVENTION = "normalised [x1, y1, x2, y2] in [0, 1] of the image, as GeoPilot's trace format writes them"
+BOX_CONVENTION = (
+    "normalised [x1, y1, x2, y2] in [0, 1] of the image (not of the padded square), 3 decimals: the trace format's "
+    "own, which is LLaVA-Plus's tool-output convention (0-1 of the image) at one more decimal"
+)
 
 __all__ = ["CHAT_TEMPLATE", "hf_messages", "render_sample"]
 
@@ -71,6 +74,9 @@ def image_tokens_key(processor) -> str:
     return str(image_token_count(processor, 0, 0))
 
 
+BOX_SCHEMA = None  # a box param keeps its tool's own schema (normalised numbers)
+
+
 def box_to_model(box: list[float], resized: tuple[int, int]) -> list[float]:
     """Boxes stay normalised (the trace format's own convention)."""
     return list(box)
@@ -78,6 +84,15 @@ def box_to_model(box: list[float], resized: tuple[int, int]) -> list[float]:
 
 def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
     return [min(max(float(value), 0.0), 1.0) for value in box]
+
+
+def box_codec(processor, width: int, height: int) -> None:
+    """None: the model reads and writes the trace's boxes as they are (`geopilot.boxes`)."""
+    return None
+
+
+def sample_boxes(processor, image_path: str, max_pixels: int) -> None:
+    return None
 
 
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
@@ -114,21 +129,21 @@ def image_inputs(processor, images) -> dict:
     return {"pixel_values": pixel_values(processor, images)}
 
 
-def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None) -> list[int]:
+def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None, boxes=None) -> list[int]:
     """A chat's messages (ending with a user or tool turn) -> the prompt ids, ending with the generation prompt."""
     from geopilot.render import render_turns
     from geopilot.wire import SYSTEM_PROMPT, chat_turns
 
     system = SYSTEM_PROMPT if system is None else system
-    return render_turns(chat_turns(messages), tokenizer, num_image_tokens, system=system).input_ids
+    return render_turns(chat_turns(messages, boxes=boxes), tokenizer, num_image_tokens, system=system).input_ids
 
 
-def prompt_text(messages: list, tokenizer, system: str | None = None) -> str:
+def prompt_text(messages: list, tokenizer, system: str | None = None, boxes=None) -> str:
     """The same conversation as text (the prefix cache's key)."""
     from geopilot.render import render_text
     from geopilot.wire import SYSTEM_PROMPT, chat_turns
 
-    return render_text(chat_turns(messages), tokenizer, SYSTEM_PROMPT if system is None else system)
+    return render_text(chat_turns(messages, boxes=boxes), tokenizer, SYSTEM_PROMPT if system is None else system)
 
 
 def tail_ids(tokenizer, text: str) -> list[int]:
