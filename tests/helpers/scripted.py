@@ -148,8 +148,10 @@ class Scripts:
     def __init__(self, tokenizer, *scripts: list[str]):
         self.tokenizer, self.scripts, self.sessions = tokenizer, scripts, []
 
-    def __call__(self, prompts, pixel_values, options):
-        assert pixel_values.shape[0] == len(prompts)
+    def __call__(self, prompts, pixel_values, options, **images):
+        """`images`: a family's other image inputs (Qwen2.5-VL's `image_grid_thw`: one row per image)."""
+        rows = images["image_grid_thw"].shape[0] if "image_grid_thw" in images else pixel_values.shape[0]
+        assert rows == len(prompts)
         session = ScriptedSession(self.tokenizer, prompts, list(self.scripts))
         self.sessions.append(session)
         return session
