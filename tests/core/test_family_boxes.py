@@ -51,14 +51,25 @@ def box_sample() -> dict:
         "image": "scene.png",
         "messages": [
             {"role": "user", "content": "<image>\nSegment the plane in the lower half."},
-            {"role": "assistant", "reasoning": "Segment inside the box.", "actions": [
-                {"tool": "segment_box", "params": {"box": BOX}}], "value": None},
-            {"role": "tool", "name": "segment_box", "content": {
-                "detections": [{"label": "plane", "box": BOX, "score": 0.9}]}},
-            {"role": "assistant", "reasoning": "From the tool output.", "actions": [],
-             "value": "The plane is at [0.25, 0.5, 0.75, 0.75]."},
+            {
+                "role": "assistant",
+                "reasoning": "Segment inside the box.",
+                "actions": [{"tool": "segment_box", "params": {"box": BOX}}],
+                "value": None,
+            },
+            {
+                "role": "tool",
+                "name": "segment_box",
+                "content": {"detections": [{"label": "plane", "box": BOX, "score": 0.9}]},
+            },
+            {
+                "role": "assistant",
+                "reasoning": "From the tool output.",
+                "actions": [],
+                "value": "The plane is at [0.25, 0.5, 0.75, 0.75].",
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def rendered_text(processor, folder, size: tuple[int, int]):
