@@ -150,11 +150,14 @@ def test_the_tiny_qwen_agent_runs_a_pixel_plan_with_the_normalised_box(qwen):
     answer = '{"reasoning":"From the tool output.","actions":[],"value":"It is at [112, 224, 336, 336]."}'
     scripts = Scripts(processor.tokenizer, [think, answer])
     pilot = GeoPilot(model, processor, ToolRegistry([segmenter]), session_factory=scripts)
-    result = pilot.chat(Image.new("RGB", (448, 448), (90, 120, 60)), "Segment the plane in the lower half.")
+    pieces: list[str] = []  # the answer streamed in 5-character pieces, boxes cut across them
+    image = Image.new("RGB", (448, 448), (90, 120, 60))
+    result = pilot.chat(image, "Segment the plane in the lower half.", stream=pieces.append)
     assert result.outcome == "tools" and result.error is None
     assert segmenter.received == [tuple(BOX)]  # the tool got the normalised box
     assert '"box":[112,224,336,336],"score":0.9' in scripts.fed[0][0]  # the model read its output in pixels
     assert result.answer == "It is at [0.25, 0.5, 0.75, 0.75]."  # and the chat speaks the trace's boxes
+    assert "".join(pieces) == result.answer and len(pieces) > 1
     assert result.messages[1].actions[0].params == {"box": BOX}
     assert result.tool_calls[0].params == {"box": BOX}
 
