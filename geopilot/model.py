@@ -25,7 +25,7 @@ from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.config import StrictConfig
 from geopilot.device import resolve_device
 from geopilot.errors import ConfigError, WeightsError, first_line
-from geopilot.families import family_of_dir, family_of_model, get_family
+from geopilot.families import FAMILIES, family_of_dir, family_of_model, get_family
 from geopilot.families.qwen2_5_vl import TinyQwenConfig
 from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, tiny_tokenizer
 
@@ -75,8 +75,9 @@ class ModelConfig(StrictConfig):
             raise ValueError(
                 f"init {self.init!r} does not build family {self.family!r} (it takes {', '.join(FAMILY_INITS[self.family])})"
             )
-        if self.family != "qwen2_5_vl" and (self.min_pixels or self.max_pixels):
-            raise ValueError("min_pixels/max_pixels apply to family qwen2_5_vl (LLaVA-1.5 sees a fixed square)")
+        if not get_family(self.family).NATIVE_RESOLUTION and (self.min_pixels or self.max_pixels):
+            native = ", ".join(name for name, family in FAMILIES.items() if family.NATIVE_RESOLUTION)
+            raise ValueError(f"min_pixels/max_pixels apply to family {native} ({self.family} sees a fixed square)")
         if self.min_pixels and self.max_pixels and self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels {self.min_pixels} is above max_pixels {self.max_pixels}")
         return self

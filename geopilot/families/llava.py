@@ -15,6 +15,7 @@ from geopilot.render import render_sample
 NAME = "llava"
 MODEL_TYPE = "llava"
 PROCESSOR_CLASS = "LlavaProcessor"
+NATIVE_RESOLUTION = False  # every image is one fixed square: no min_pixels / max_pixels
 TOOL_TURN_ROLE = "user"  # the role of a tool turn (and a repair turn) in `hf_messages`
 LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 MODULES_TO_SAVE = ["multi_modal_projector"]
@@ -98,6 +99,7 @@ def sample_boxes(processor, image_path: str, max_pixels: int) -> None:
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = True  # plain 1-D positions: answer turns decode with prompt-lookup speculation
+STEPPABLE = True  # and one image tensor: the per-step scheduler (geopilot.serving.scheduler) can drive it
 
 
 def image_features(model, pixel_values, image_grid_thw=None):

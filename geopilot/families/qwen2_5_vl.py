@@ -27,6 +27,7 @@ from geopilot.wire import chat_turns
 NAME = "qwen2_5_vl"
 MODEL_TYPE = "qwen2_5_vl"
 PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
+NATIVE_RESOLUTION = True  # image tokens follow the image size within min_pixels / max_pixels
 TOOL_TURN_ROLE = "tool"  # the role of a tool turn (and a repair turn) in `hf_messages`
 DEFAULT_SYSTEM = "You are a helpful assistant."  # what the upstream template writes when no system message comes
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -360,6 +361,7 @@ def render_sample(
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = False  # 3-D rope positions: answer turns decode with `generate` (which adds the rope deltas)
+STEPPABLE = False  # nor can the per-step scheduler drive them (geopilot.serving.scheduler): the batcher serves it
 
 
 def image_features(model, pixel_values, image_grid_thw):
