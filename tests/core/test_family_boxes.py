@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.scripted import Scripts
+from helpers.scripted import BoxSegmenter, Scripts
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
 
 from geopilot.agent import GeoPilot
 from geopilot.agent.plan_schema import SEPARATORS, PlanConstraint, plan_json_schema
@@ -18,30 +17,10 @@ from geopilot.families import llava, qwen2_5_vl
 from geopilot.image import DEFAULT_MAX_PIXELS
 from geopilot.plan_parser import parse_plan
 from geopilot.sample import parse_sample
-from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.training.data import ImageTokens
 
 BOX = [0.25, 0.5, 0.75, 0.75]
-
-
-class BoxParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    box: tuple[float, float, float, float] = Field(description="the region to segment, normalised [x1, y1, x2, y2]")
-
-
-class BoxSegmenter:
-    """A box-prompted tool: keeps the params it received, answers with the box it was given."""
-
-    name, description, modality, params_model = "segment_box", "segments the object inside a box", "optical", BoxParams
-
-    def __init__(self):
-        self.received: list[tuple[float, ...]] = []
-
-    def run(self, image, params: BoxParams) -> ToolOutput:
-        self.received.append(params.box)
-        return ToolOutput(detections=[Detection(label="plane", box=params.box, score=0.9)])
 
 
 def box_sample() -> dict:
@@ -167,7 +146,7 @@ def test_qwens_plan_grammar_decodes_box_params_as_whole_pixels():
 
     from geopilot.agent.plan_schema import _byte_vocabulary
 
-    params = json.dumps(BoxParams.model_json_schema())
+    params = json.dumps(BoxSegmenter.params_model.model_json_schema())
     constraint = PlanConstraint(("segment_box",), params=(("segment_box", params),))
     compiler = xgrammar.GrammarCompiler(_byte_vocabulary())
     pixels = '{"reasoning":"r","actions":[{"tool":"segment_box","params":{"box":[112,224,336,336]}}],"value":null}'
