@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from geopilot.boxes import BoxCodec
 from geopilot.config import StrictConfig
 from geopilot.errors import ConfigError
+from geopilot.fileio import require_dir
 from geopilot.render import IGNORE_INDEX, Rendered, check_rendered
 from geopilot.sample import IMAGE_PLACEHOLDER, Message, Sample
 from geopilot.tokenizer import encode_text
@@ -174,8 +175,6 @@ def _build_tiny(cfg):
 
 
 def _build_pretrained(cfg):
-    from geopilot.model import require_dir
-
     path = require_dir(cfg.path, "path")
     model, processor = load(path, cfg.dtype)
     saved = processor.image_processor.size  # the saved processor's range, unless the config sets its own
@@ -213,8 +212,6 @@ def load(path: str | Path, dtype: str | None = None):
 
 def text_hidden_size(cfg) -> int:
     from transformers import AutoConfig
-
-    from geopilot.model import require_dir
 
     if cfg.init == "tiny":
         return cfg.tiny_qwen.text_hidden
