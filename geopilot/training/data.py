@@ -116,9 +116,9 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def render_version() -> str:
     """Hash of the code that turns a sample into tokens: a change there invalidates every cache entry."""
-    from geopilot import render, sample, tokenizer, tool_output, wire
+    from geopilot import boxes, render, sample, tokenizer, tool_output, wire
 
-    modules = (render, wire, tokenizer, tool_output, sample, llava, qwen2_5_vl)
+    modules = (render, wire, boxes, tokenizer, tool_output, sample, llava, qwen2_5_vl)
     source = "".join(inspect.getsource(module) for module in modules)
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
