@@ -251,7 +251,7 @@ class GeoPilot:
             request.system,
             request.client_tools,
             registry,
-            getattr(self.engine, "box_codec", lambda size: None)(image.image.size),
+            self.engine.box_codec(image.image.size),  # the boxes in the model's convention for this image
         )
 
     def _run(
