@@ -17,6 +17,7 @@ from geopilot.families import llava, qwen2_5_vl
 from geopilot.image import DEFAULT_MAX_PIXELS
 from geopilot.plan_parser import parse_plan
 from geopilot.sample import parse_sample
+from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.training.data import ImageTokens
 
@@ -165,3 +166,29 @@ def _complete(compiler, schema: dict, text: str) -> bool:
     grammar = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=SEPARATORS)
     matcher = xgrammar.GrammarMatcher(grammar, terminate_without_stop_token=True)
     return matcher.accept_string(text) and matcher.is_terminated()
+
+
+def test_client_run_tools_get_normalised_boxes_and_their_results_are_read_in_pixels(qwen):
+    """The OpenAI tool protocol's side: a Qwen plan's pixel box is handed to the client normalised (outcome
+    `tool_calls`), and the client's normalised result is rendered in pixels for the answer turn."""
+    from geopilot.agent import ClientTools
+    from geopilot.sample import ToolMessage
+
+    model, processor = qwen
+    think = (
+        '{"reasoning":"Segment it.","actions":[{"tool":"segment_box","params":{"box":[112,224,336,336]}}],"value":null}'
+    )
+    answer = '{"reasoning":"From the tool output.","actions":[],"value":"It is at [112, 224, 336, 336]."}'
+    image = Image.new("RGB", (448, 448), (90, 120, 60))
+    client = ClientTools(("segment_box",))
+    scripts = Scripts(processor.tokenizer, [think])
+    pilot = GeoPilot(model, processor, ToolRegistry([BoxSegmenter()]), session_factory=scripts)
+    handed = pilot.chat(image, "Segment the plane in the lower half.", client_tools=client)
+    assert handed.outcome == "tool_calls" and handed.messages[-1].actions[0].params == {"box": BOX}
+    result = ToolOutput(detections=[Detection(label="plane", box=BOX, score=0.9)])
+    history = [*handed.messages, ToolMessage(name="segment_box", content=result)]
+    pilot.engine.session_factory = Scripts(processor.tokenizer, [answer])
+    answered = pilot.chat(image, None, history=history, client_tools=client)
+    prompt = processor.tokenizer.decode(pilot.engine.session_factory.sessions[-1].prompts[0])
+    assert '"params":{"box":[112,224,336,336]}' in prompt and '"box":[112,224,336,336],"score":0.9' in prompt
+    assert answered.answer == "It is at [0.25, 0.5, 0.75, 0.75]."
