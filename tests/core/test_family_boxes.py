@@ -9,14 +9,16 @@ import json
 
 import pytest
 from helpers.scripted import BoxSegmenter, Scripts
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from geopilot.agent import GeoPilot
 from geopilot.agent.plan_schema import SEPARATORS, PlanConstraint, plan_json_schema
 from geopilot.families import llava, qwen2_5_vl
 from geopilot.image import DEFAULT_MAX_PIXELS
-from geopilot.plan_parser import parse_plan
-from geopilot.sample import parse_sample
+from geopilot.plan_parser import PlanParseError, parse_plan
+from geopilot.sample import AssistantMessage, parse_sample
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.training.data import ImageTokens
@@ -192,3 +194,27 @@ def test_client_run_tools_get_normalised_boxes_and_their_results_are_read_in_pix
     prompt = processor.tokenizer.decode(pilot.engine.session_factory.sessions[-1].prompts[0])
     assert '"params":{"box":[112,224,336,336]}' in prompt and '"box":[112,224,336,336],"score":0.9' in prompt
     assert answered.answer == "It is at [0.25, 0.5, 0.75, 0.75]."
+
+
+BOXY = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(
+            st.sampled_from(["reasoning", "actions", "value", "tool", "params", "box", "boxes"]), inner, max_size=4
+        )
+    ),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(BOXY)
+def test_the_parse_contract_holds_with_a_box_codec(obj):
+    """Whatever the model writes (NaN and huge numbers in boxes included), a plan or PlanParseError."""
+    codec = qwen2_5_vl.box_codec(None, 896, 448)  # no processor: Qwen's default resize
+    try:
+        parsed = parse_plan(json.dumps(obj), codec)
+    except PlanParseError:
+        return
+    assert isinstance(parsed.plan, AssistantMessage)
