@@ -218,3 +218,16 @@ def test_the_parse_contract_holds_with_a_box_codec(obj):
     except PlanParseError:
         return
     assert isinstance(parsed.plan, AssistantMessage)
+
+
+def test_inspect_shows_a_qwen_models_boxes_in_pixels(qwen_dir, tmp_path, capsys):
+    from geopilot.cli import main
+
+    Image.new("RGB", (500, 300), (90, 120, 60)).save(tmp_path / "scene.png")
+    (tmp_path / "samples.jsonl").write_text(json.dumps(box_sample()) + "\n")
+    assert main(["inspect", "--data", str(tmp_path / "samples.jsonl"), "--model", str(qwen_dir), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert '"box":[126,154,378,231],"score":0.9' in row["text"]  # resized to 504 x 308
+    assert row["trained_segments"][-1].startswith(
+        '{"reasoning":"From the tool output.","actions":[],"value":"The plane is at [126, 154, 378, 231]."}'
+    )
