@@ -28,6 +28,8 @@ def test_the_frozen_set_is_rebuilt_byte_for_byte(tmp_path):
     assert manifest == json.loads(CHANGE_MANIFEST.read_text())
     assert (tmp_path / "change_v1.jsonl").read_bytes() == CHANGE_FILE.read_bytes()
     assert references_path(tmp_path / "change_v1.jsonl").read_bytes() == references_path(CHANGE_FILE).read_bytes()
+    annotations = CHANGE_FILE.with_name("change_v1.annotations.json")
+    assert (tmp_path / annotations.name).read_bytes() == annotations.read_bytes()
     shipped = sorted(p.name for p in (CHANGE_FILE.parent / "change_images").iterdir())
     assert shipped == sorted(p.name for p in (tmp_path / "change_images").iterdir())
     for name in shipped:
