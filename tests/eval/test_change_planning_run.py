@@ -39,13 +39,8 @@ def first_of_each_category(tmp_path: Path) -> Path:
 
 def test_the_reference_agent_scores_every_change_case(tmp_path, capsys):
     out = tmp_path / "reference"
-    assert (
-        main(
-            ["eval", "planning", "--agent", "reference", "--cases", str(CHANGE_FILE), "--seeds", "42"]
-            + ["--out", str(out)]
-        )
-        == 0
-    )
+    args = ["eval", "planning", "--agent", "reference", "--cases", str(CHANGE_FILE), "--seeds", "42"]
+    assert main(args + ["--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "TSA 100.0%  PA 100.0%  NTA 100.0%  OPA 100.0%  all checks 100.0%  (95 cases x 1 seeds" in printed
     cases = {case.id: case for case in load_cases(CHANGE_FILE).cases}
