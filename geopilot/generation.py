@@ -41,7 +41,9 @@ class GenerationOptions(StrictConfig):
     """Decoding settings for every turn of a chat (a subset of transformers' GenerationConfig)."""
 
     max_new_tokens: int = Field(512, ge=1)
-    min_new_tokens: int = Field(0, ge=0)  # > 0 suppresses </s> until then (benchmarks use it to fix lengths)
+    min_new_tokens: int = Field(
+        0, ge=0
+    )  # > 0 suppresses </s> until then (benchmarks fix lengths); a whole plan still ends
     do_sample: bool = False
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -418,10 +420,10 @@ def _lookup_decode(model, sequences, mask, cache, config, lookup_tokens: int, st
         ).logits[0]
         for step in range(len(proposal) + 1):
             scores = logits[step : step + 1].float()
+            if generated < (config.min_new_tokens or 0):  # before the processors, as in `generate`
+                scores[:, eos] = float("-inf")
             if logits_processor is not None:
                 scores = logits_processor(torch.tensor([ids], device=sequences.device), scores)
-            if generated < (config.min_new_tokens or 0):
-                scores[:, eos] = float("-inf")
             token = int(scores.argmax(dim=-1))
             ids.append(token)
             keep.append(1)
