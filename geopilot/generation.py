@@ -80,7 +80,9 @@ class Turn:
     lookup: LookupStats | None = None  # what prompt-lookup speculation did, on a turn decoded with it
 
 
-def _streamer(tokenizer, on_text: Callable[[str], None]):
+def text_streamer(tokenizer, on_text: Callable[[str], None], skip_prompt: bool = True):
+    """A transformers streamer passing `on_text` each piece of decoded text (`skip_prompt`: its first `put`, the
+    prompt `generate` sends, is not text to pass on)."""
     import torch
     from transformers import TextStreamer
 
@@ -115,7 +117,7 @@ def _streamer(tokenizer, on_text: Callable[[str], None]):
             if text:
                 on_text(text)
 
-    return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    return _CallbackStreamer(tokenizer, skip_prompt=skip_prompt, skip_special_tokens=True)
 
 
 def _byte_token_ids(tokenizer) -> frozenset[int]:
@@ -291,7 +293,7 @@ class KVSession:
         else:  # the model keeps one position state; this session's goes back in before its cache is extended
             self.family.set_position_state(self.model, self.positions)
         if stream is not None and len(rows) == 1:
-            kwargs["streamer"] = _streamer(self.tokenizer, stream)
+            kwargs["streamer"] = text_streamer(self.tokenizer, stream)
         if self.logits_processor is not None:
             kwargs["logits_processor"] = self.logits_processor
         width = self.sequences.shape[1]

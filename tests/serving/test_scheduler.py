@@ -98,6 +98,27 @@ def test_a_cancelled_request_frees_its_rows_at_the_next_step(pilot):
         unbatched.close()
 
 
+def test_a_streamed_request_decodes_as_a_row_and_streams_what_the_unbatched_server_streams(tiny):
+    from geopilot.agent import GeoPilot
+
+    pilot = GeoPilot(tiny[0], tiny[1], ToolRegistry([]))  # no tools: the think turn is the answer, streamed
+    runs = []
+    for batcher in (Batcher(pilot, max_batch=1), StepScheduler(pilot, kv_budget_tokens=100_000)):
+        pieces: list[str] = []
+        streamed, others = _job(0, 96), [_job(1, 128, min_new_tokens=128), _job(2, 64)]
+        streamed.on_text = pieces.append
+        try:
+            futures = [batcher.submit(job) for job in (others[0], streamed, others[1])]
+            runs.append(([f.result(timeout=120) for f in futures], pieces))
+        finally:
+            batcher.close()
+    (reference, reference_pieces), (results, pieces) = runs
+    for a, b in zip(reference, results, strict=True):
+        _same(a, b)
+    assert pieces and pieces == reference_pieces and "".join(pieces) == results[1].answer
+    assert max(batcher.steps) == 3  # the streamed request decoded beside the other two
+
+
 def test_requests_past_the_kv_budget_wait_in_the_queue(pilot):
     first = _job(0, 32)
     step = StepScheduler(pilot, kv_budget_tokens=len(pilot.prepare(first.request).prompt) + 200)
