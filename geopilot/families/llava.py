@@ -83,6 +83,7 @@ def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = True  # plain 1-D positions: answer turns decode with prompt-lookup speculation
+STEP_BATCHING = True  # 1-D positions and one pixel tensor: `serve --scheduler step` drives it (serving/scheduler.py)
 
 
 def image_features(model, pixel_values, image_grid_thw=None):

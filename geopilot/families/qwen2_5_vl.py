@@ -327,6 +327,7 @@ def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: 
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = False  # 3-D rope positions: answer turns decode with `generate` (which adds the rope deltas)
+STEP_BATCHING = False  # the step scheduler passes 1-D positions and no image grid: serving uses the static batcher
 
 
 def image_features(model, pixel_values, image_grid_thw):

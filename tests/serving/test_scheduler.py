@@ -147,13 +147,20 @@ def test_the_server_refuses_max_tokens_above_the_kv_budget(pilot):
         assert answered.status_code == 200, answered.text
 
 
-def test_static_is_kept_behind_the_flag_and_for_engines_it_cannot_drive(pilot, scripted_pilot):
+def test_static_is_kept_behind_the_flag_and_for_engines_it_cannot_drive(pilot, scripted_pilot, qwen_dir):
+    from geopilot.agent import GeoPilot
+    from geopilot.model import load_model
     from geopilot.serving.config import ServeConfig
 
+    step = make_batcher(pilot, ServeConfig(model_name=MODEL))
+    step.close()
+    assert type(step) is StepScheduler  # the default where it can drive the model
+    qwen = GeoPilot(*load_model(qwen_dir), ToolRegistry([Detector(boxes=2)]))
     for config, engine_pilot in [
         (ServeConfig(model_name=MODEL, scheduler="static"), pilot),
         (ServeConfig(model_name=MODEL, max_batch=1), pilot),
         (ServeConfig(model_name=MODEL), scripted_pilot()),  # a custom session factory: not the model's KV
+        (ServeConfig(model_name=MODEL), qwen),  # 3-D rope positions: its family module says no (STEP_BATCHING)
     ]:
         batcher = make_batcher(engine_pilot, config)
         try:
