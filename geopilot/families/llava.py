@@ -83,7 +83,7 @@ def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = True  # plain 1-D positions: answer turns decode with prompt-lookup speculation
-STEP_BATCHING = True  # 1-D positions and one pixel tensor: `serve --scheduler step` drives it (serving/scheduler.py)
+STEP_BATCHING = True  # `serve --scheduler step` drives it (serving/scheduler.py)
 
 
 def image_features(model, pixel_values, image_grid_thw=None):
@@ -99,6 +99,11 @@ def vision_kwargs(image_token_id: int, input_ids, image_grid_thw=None) -> dict:
 def position_state(model):
     """LLaVA keeps no position state between calls."""
     return None
+
+
+def step_positions(positions, states: list):
+    """The position ids of rows decoded side by side (`serve --scheduler step`) from their text positions: the same."""
+    return positions
 
 
 def set_position_state(model, state) -> None:

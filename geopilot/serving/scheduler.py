@@ -42,7 +42,8 @@ class Row:
     reserved: int  # KV tokens this request may hold (its cache never grows past it)
     started: float
     encode_seconds: float = 0.0
-    pixels: Any = None  # set until the first prefill
+    image: dict | None = None  # the family's image inputs, until the first prefill
+    position_state: Any = None  # the family's, from the first prefill (Qwen2.5-VL: the row's rope delta)
     feed: list[int] = field(default_factory=list)  # tokens the cache has not read yet
     cache: Any = None  # DynamicCache of batch 1
     length: int = 0  # tokens in the cache
@@ -168,8 +169,8 @@ class StepScheduler(Batcher):
         reserved = min(reserved, pilot.context_length or reserved, self.kv_budget_tokens)
         deadline = None if pilot.chat_timeout_s is None else time.monotonic() + pilot.chat_timeout_s
         dialogue = AgentLoop(prepared, pilot.tools, rounds, pilot.tool_timeout_s, pilot.max_tool_calls, deadline)
-        pixels = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])["pixel_values"]
-        row = Row(job, dialogue, reserved, started, time.perf_counter() - started, pixels, list(prepared.prompt))
+        image = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])
+        row = Row(job, dialogue, reserved, started, time.perf_counter() - started, image, feed=list(prepared.prompt))
         row.processors = _processors(options)
         plan = dialogue.plan_constraint() if pilot.constrain_plans else None
         if plan is not None:
@@ -260,17 +261,21 @@ class StepScheduler(Batcher):
         import torch
         from transformers import DynamicCache
 
-        model = self.pilot.engine.model
-        kwargs = {}
-        if row.pixels is not None:  # its first prefill: the image and the prompt
-            row.cache = DynamicCache(config=model.config)
-            kwargs["pixel_values"] = row.pixels.to(model.device, model.dtype)
-            row.pixels = None
-        elif row in self._batch:
-            row.cache = self._batch.take_out(row)
+        model, family = self.pilot.engine.model, self.pilot.engine.family
         ids = torch.tensor([row.feed], device=model.device)
+        kwargs, positions = {}, None  # the first prefill's positions are the model's own (from the image grid)
+        if row.image is not None:  # its first prefill: the image and the prompt
+            row.cache = DynamicCache(config=model.config)
+            kwargs["pixel_values"] = row.image["pixel_values"].to(model.device, model.dtype)
+            grid = row.image.get("image_grid_thw")
+            grid = None if grid is None else grid.to(model.device)
+            kwargs.update(family.vision_kwargs(model.config.image_token_id, ids, grid))
+        else:
+            if row in self._batch:
+                row.cache = self._batch.take_out(row)
+            text = torch.arange(row.length, row.length + len(row.feed), device=model.device)[None]
+            positions = family.step_positions(text, [row.position_state])
         mask = torch.ones((1, row.length + len(row.feed)), dtype=torch.long, device=model.device)
-        positions = torch.arange(row.length, row.length + len(row.feed), device=model.device)[None]
         logits = model(
             input_ids=ids,
             attention_mask=mask,
@@ -280,6 +285,8 @@ class StepScheduler(Batcher):
             logits_to_keep=1,
             **kwargs,
         ).logits[:, -1]
+        if row.image is not None:
+            row.image, row.position_state = None, family.position_state(model)
         row.length += len(row.feed)
         row.ids += row.feed
         row.feed = []
@@ -340,7 +347,8 @@ class StepScheduler(Batcher):
         batch.hold(active)
         rows = list(batch.rows)
         ids = torch.tensor([[r.next_token] for r in rows], device=model.device)
-        positions = torch.tensor([[r.length] for r in rows], device=model.device)
+        text = torch.tensor([[r.length] for r in rows], device=model.device)
+        positions = self.pilot.engine.family.step_positions(text, [r.position_state for r in rows])
         mask = batch.mask(1)
         logits = model(
             input_ids=ids, attention_mask=mask, position_ids=positions, cache=batch.cache, use_cache=True

@@ -46,7 +46,22 @@ def _same(a, b) -> None:
 
 
 def test_every_request_of_a_mixed_batch_equals_the_unbatched_server(pilot):
-    lengths = [24, 128, 32, 48]  # from the shortest the plan grammar allows
+    _equals_the_unbatched_server(pilot, [24, 128, 32, 48])  # from the shortest the plan grammar allows
+
+
+def test_a_qwen2_5_vl_mixed_batch_equals_the_unbatched_server(qwen_dir):
+    from geopilot.agent import GeoPilot
+    from geopilot.model import load_model
+    from geopilot.serving.config import ServeConfig
+
+    qwen = GeoPilot(*load_model(qwen_dir), ToolRegistry([Detector(boxes=2)]))
+    batcher = make_batcher(qwen, ServeConfig(model_name=MODEL))
+    batcher.close()
+    assert type(batcher) is StepScheduler  # its family module allows it (STEP_BATCHING)
+    _equals_the_unbatched_server(qwen, [32, 96, 48])  # each row decodes with its own rope delta
+
+
+def _equals_the_unbatched_server(pilot, lengths: list[int]) -> None:
     unbatched = Batcher(pilot, max_batch=1)
     step = StepScheduler(pilot, kv_budget_tokens=100_000)
     try:
@@ -82,6 +97,7 @@ def test_a_cancelled_request_frees_its_rows_at_the_next_step(pilot):
         step.submit(doomed)
         kept = step.submit(other)
         _until(lambda: len(step.steps) >= 3)
+        row = next(r for r in step.rows if r.job is doomed)
         at_cancel = len(step.steps)
         step.cancel(doomed)
         assert step.admitted <= 1  # its slot is free at once
@@ -89,6 +105,7 @@ def test_a_cancelled_request_frees_its_rows_at_the_next_step(pilot):
         assert doomed.future.cancelled()
         # the step running at the cancel may still hold it; every later one decodes the other request alone
         assert step.steps[at_cancel + 1 :] and all(rows == 1 for rows in step.steps[at_cancel + 1 :])
+        assert row not in step.rows and row not in step._batch and row.cache is None  # its KV went with it
     finally:
         step.close()
     unbatched = Batcher(pilot, max_batch=1)
@@ -147,20 +164,16 @@ def test_the_server_refuses_max_tokens_above_the_kv_budget(pilot):
         assert answered.status_code == 200, answered.text
 
 
-def test_static_is_kept_behind_the_flag_and_for_engines_it_cannot_drive(pilot, scripted_pilot, qwen_dir):
-    from geopilot.agent import GeoPilot
-    from geopilot.model import load_model
+def test_static_is_kept_behind_the_flag_and_for_engines_it_cannot_drive(pilot, scripted_pilot):
     from geopilot.serving.config import ServeConfig
 
     step = make_batcher(pilot, ServeConfig(model_name=MODEL))
     step.close()
     assert type(step) is StepScheduler  # the default where it can drive the model
-    qwen = GeoPilot(*load_model(qwen_dir), ToolRegistry([Detector(boxes=2)]))
     for config, engine_pilot in [
         (ServeConfig(model_name=MODEL, scheduler="static"), pilot),
         (ServeConfig(model_name=MODEL, max_batch=1), pilot),
         (ServeConfig(model_name=MODEL), scripted_pilot()),  # a custom session factory: not the model's KV
-        (ServeConfig(model_name=MODEL), qwen),  # 3-D rope positions: its family module says no (STEP_BATCHING)
     ]:
         batcher = make_batcher(engine_pilot, config)
         try:
