@@ -21,7 +21,7 @@ class ServeConfig(StrictConfig):
     )
     max_batch: int = Field(8, ge=1, description="requests decoded together (1: no batching)")
     scheduler: Literal["step", "static"] = Field(
-        "step",  # it beat static 2-3.6x on serve_load --mixed (docs/serving.md); static where step cannot drive
+        "step",  # it beat static 2.2x on serve_load --mixed (docs/serving.md); static where step cannot drive
         description="step: requests join and leave the batch at every decoding step; static: per wait window",
     )
     kv_budget_tokens: int = Field(
