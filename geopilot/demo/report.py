@@ -35,20 +35,10 @@ FAMILY_NAMES = {"llava": "LLaVA-1.5", "qwen2_5_vl": "Qwen2.5-VL"}  # DemoSetting
 
 
 def text_layers(settings: DemoSettings) -> int:
-    return settings.qwen_model.text_layers if settings.model_family == "qwen2_5_vl" else settings.model.text_layers
+    return FAMILY_MODELS[settings.model_family](settings).text_layers
 
 
-def model_description(settings: DemoSettings, data: dict) -> str:
-    """What was trained from scratch, in the family's own terms."""
-    if settings.model_family == "qwen2_5_vl":
-        qwen = settings.qwen_model
-        return (
-            f"A Qwen2.5-VL-shaped model trained from scratch: windowed ViT ({qwen.vision_depth} blocks, width "
-            f"{qwen.vision_hidden}, trainable) at the image's own aspect within {settings.qwen_max_pixels} pixels "
-            f"(at most {settings.qwen_max_pixels // (28 * 28)} image tokens), the 2x2 patch merger and a Qwen2 decoder "
-            f"({qwen.text_layers} layers, width {qwen.text_hidden}), with its own {qwen.vocab_size}-token BPE carrying "
-            "Qwen's ChatML and vision special tokens."
-        )
+def _llava_description(settings: DemoSettings, data: dict) -> str:
     model = settings.model
     return (
         f"A LLaVA-1.5-shaped model trained from scratch: CLIP-style vision tower ({model.vision_layers} layers, "
@@ -56,6 +46,27 @@ def model_description(settings: DemoSettings, data: dict) -> str:
         f"Llama decoder ({model.text_layers} layers, width {model.text_hidden}), with its own "
         f"{data['vocab']}-token BPE trained on the traces."
     )
+
+
+def _qwen_description(settings: DemoSettings, data: dict) -> str:
+    qwen = settings.qwen_model
+    return (
+        f"A Qwen2.5-VL-shaped model trained from scratch: windowed ViT ({qwen.vision_depth} blocks, width "
+        f"{qwen.vision_hidden}, trainable) at the image's own aspect within {settings.qwen_max_pixels} pixels "
+        f"(at most {settings.qwen_max_pixels // (28 * 28)} image tokens), the 2x2 patch merger and a Qwen2 decoder "
+        f"({qwen.text_layers} layers, width {qwen.text_hidden}), with its own {qwen.vocab_size}-token BPE carrying "
+        "Qwen's ChatML and vision special tokens."
+    )
+
+
+# DemoSettings.model_family -> its tiny model's settings, and what was trained from scratch in the family's terms
+FAMILY_MODELS = {"llava": lambda settings: settings.model, "qwen2_5_vl": lambda settings: settings.qwen_model}
+FAMILY_DESCRIPTIONS = {"llava": _llava_description, "qwen2_5_vl": _qwen_description}
+
+
+def model_description(settings: DemoSettings, data: dict) -> str:
+    """What was trained from scratch, in the family's own terms."""
+    return FAMILY_DESCRIPTIONS[settings.model_family](settings, data)
 
 
 QUICK_NOTICE = (

@@ -394,10 +394,10 @@ def _processors(options: GenerationOptions):
 
 
 def steppable_engine(engine) -> bool:
-    """The in-process model with its own KV sessions, of a family whose module allows it (`STEP_BATCHING`: plain
-    1-D positions and one image tensor; Qwen2.5-VL's 3-D rotary positions and image grid are its KVSession's alone)."""
+    """The in-process model with its own KV sessions, of a family the per-step scheduler can drive (its module's
+    `STEPPABLE`; both families: a Qwen2.5-VL row's positions carry its own rope delta, `step_positions`)."""
     family = getattr(engine, "family", None)
-    return getattr(engine, "default_sessions", False) and getattr(family, "STEP_BATCHING", False)
+    return getattr(engine, "default_sessions", False) and getattr(family, "STEPPABLE", False)
 
 
 def make_batcher(pilot, config) -> Batcher:

@@ -57,7 +57,7 @@ def test_a_qwen2_5_vl_mixed_batch_equals_the_unbatched_server(qwen_dir):
     qwen = GeoPilot(*load_model(qwen_dir), ToolRegistry([Detector(boxes=2)]))
     batcher = make_batcher(qwen, ServeConfig(model_name=MODEL))
     batcher.close()
-    assert type(batcher) is StepScheduler  # its family module allows it (STEP_BATCHING)
+    assert type(batcher) is StepScheduler  # its family module allows it (STEPPABLE)
     _equals_the_unbatched_server(qwen, [32, 96, 48])  # each row decodes with its own rope delta
 
 
