@@ -360,7 +360,7 @@ def render_sample(
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = False  # 3-D rope positions: answer turns decode with `generate` (which adds the rope deltas)
-STEPPABLE = False  # nor can the per-step scheduler drive them (geopilot.serving.scheduler): the batcher serves it
+STEPPABLE = True  # the per-step scheduler adds each row's own rope delta to its positions (`step_positions`)
 
 
 def image_features(model, pixel_values, image_grid_thw):
@@ -376,6 +376,14 @@ def vision_kwargs(image_token_id: int, input_ids, image_grid_thw) -> dict:
 def position_state(model):
     """The rope deltas the model stored at the image's prefill (one row per conversation): later turns add them."""
     return model.model.rope_deltas
+
+
+def step_positions(positions, states: list):
+    """The position ids of rows decoded side by side (`serve --scheduler step`): each row's text positions plus its
+    own rope delta (`states`, from its image's prefill); the model expands 2-D ids to the three rope sections."""
+    import torch
+
+    return positions + torch.cat(states).to(positions.device)
 
 
 def set_position_state(model, state) -> None:
