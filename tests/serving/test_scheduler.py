@@ -182,9 +182,15 @@ def test_static_is_kept_behind_the_flag_and_for_engines_it_cannot_drive(pilot, s
             batcher.close()
 
 
-def test_a_two_image_request_equals_the_unbatched_server(pilot):
+@pytest.mark.parametrize("family", ["llava", "qwen2_5_vl"])
+def test_a_two_image_request_equals_the_unbatched_server(family, pilot, qwen_dir):
     """Two images (before, after) in a step-scheduled batch beside one-image rows: the same turns as the static
-    path, and twice the image tokens."""
+    path, and twice the image tokens (Qwen2.5-VL: two grid rows and their rope positions)."""
+    from geopilot.agent import GeoPilot
+    from geopilot.model import load_model
+
+    if family == "qwen2_5_vl":
+        pilot = GeoPilot(*load_model(qwen_dir), ToolRegistry([Detector(boxes=2)]))
     pair = _job(7, 32)
     pair.request["image"] = [pair.request["image"], np.random.default_rng(8).integers(0, 255, (16, 16, 3), np.uint8)]
     jobs = lambda: [_job(0, 24), Job(dict(pair.request), pair.options, 1), _job(1, 48)]  # noqa: E731
