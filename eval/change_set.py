@@ -210,6 +210,16 @@ def write_change_set(out: str | Path) -> dict:
     return write_case_file(out, cases, VERSION, ("category", "difficulty"))
 
 
+def levir_cc_references(root: str | Path, split: str = "test") -> list[dict]:
+    """LEVIR-CC's own references, read by its data_gen reader: `{"id": "<split>/<stem>", "references": [...]}` per
+    pair, the `--ref` lines of `geopilot eval captions` for predictions keyed by the same ids."""
+    from geopilot.data_gen.change_traces import change_captions
+    from geopilot.data_gen.readers.levir_cc import read_levir_cc
+
+    records, _ = read_levir_cc(Path(root), split=split)
+    return [{"id": r.record_id, "references": change_captions(r)} for r in records]
+
+
 def change_caption_scores(case_file: str | Path, results: str | Path, seed: int, tokenizer: str = "ptb") -> dict:
     """Caption metrics of a planning run's answers to the captioning cases (one seed's rows of its results.jsonl)
     against the references beside the case file; a case without an answer scores as an empty caption."""

@@ -303,7 +303,7 @@ class GeoPilot:
             per_image = getattr(self.engine, "image_tokens_of", lambda size: 0)(request.image.image.size)
             image_tokens = per_image * len(request.images)
             dialogue.timings_and_tokens(session.encode_seconds, image_tokens, started)
-            dialogue.result.describe_image(request.image)
+            dialogue.result.describe_image(request.images)
         return [d.result for d in dialogues]
 
     def _check_plan_room(self, dialogues: list[AgentLoop], options: GenerationOptions) -> None:

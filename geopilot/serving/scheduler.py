@@ -225,7 +225,7 @@ class StepScheduler(Batcher):
             dialogue.request.images
         )
         dialogue.timings_and_tokens(row.encode_seconds, image_tokens, row.started)
-        dialogue.result.describe_image(dialogue.request.image)
+        dialogue.result.describe_image(dialogue.request.images)
         row.job.future.set_result(dialogue.result)
 
     def _collect_tools(self) -> None:

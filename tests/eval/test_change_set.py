@@ -124,3 +124,24 @@ def test_change_captions_are_scored_with_the_caption_metrics(tmp_path):
     empty = change_caption_scores(CHANGE_FILE, results, seed=7)
     assert perfect["BLEU-4"] > 0.99 and perfect["total"] == len(references) and perfect["missing"] == 0
     assert empty["BLEU-1"] < 1e-6 and empty["CIDEr"] == 0.0 and empty["empty"] == len(references)
+
+
+def test_levir_cc_references_are_the_readers_captions(tmp_path):
+    from geopilot.eval.benchmark_tasks import score_captions
+    from geopilot.eval.change_set import levir_cc_references
+
+    root = tmp_path / "LEVIR-CC"
+    (root / "images" / "test" / "A").mkdir(parents=True)
+    (root / "images" / "test" / "B").mkdir(parents=True)
+    for side in ("A", "B"):
+        Image.new("RGB", (16, 16)).save(root / "images" / "test" / side / "test_000001.png")
+    raws = [" many villas are built along the road .", " the road   has houses now ."]
+    entry = {"filepath": "test", "filename": "test_000001.png", "split": "test", "changeflag": 1}
+    entry["sentences"] = [{"raw": r, "tokens": r.split()[:-1], "imgid": 0, "sentid": k} for k, r in enumerate(raws)]
+    (root / "LevirCCcaptions.json").write_text(json.dumps({"images": [entry]}))
+    references = levir_cc_references(root)
+    assert references == [
+        {"id": "test/test_000001", "references": ["many villas are built along the road.", "the road has houses now."]}
+    ]
+    refs = {r["id"]: r["references"] for r in references}
+    assert score_captions(refs, {"test/test_000001": "many villas are built along the road."}, "ptb")["BLEU-4"] > 0.99
