@@ -6,6 +6,7 @@
         # on a georeferenced GeoTIFF also out/output.geojson (RFC 7946, WGS 84), out/output.gpkg (native CRS) and,
         # for segment_semantic, out/classes.tif (class ids, COG); geopilot.tools.geo_files
     geopilot tools run detect_objects --image scene.tif --params '{"categories": ["ship"]}' --json device=cpu
+    geopilot tools run detect_changes --image before.png --image after.png --out out/   # a two-image tool: in order
     (both take --config configs/tools.yaml and key=value overrides, as every command does: device=cpu
      tools.remove_clouds.options.variant=RICE2)
 
@@ -177,7 +178,7 @@ def run_tool(args: argparse.Namespace) -> int:
             print(f"geo: {written['path']} ({written['features']} {what})")
     if not result.ok:
         print(f"geopilot tools run: error: {result.error}", file=sys.stderr)
-        return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality") else 1
+        return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality", "missing_image") else 1
     return 0
 
 

@@ -23,7 +23,7 @@ def test_list_json_has_every_tool_with_schema_and_status(capsys, tmp_path, monke
     (tmp_path / "spa_gan" / "RICE1" / "gen_model_epoch_200.pth").write_bytes(b"x")
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
-    assert len(rows) == 10
+    assert len(rows) == 11
     assert rows["remove_clouds"]["status"] == "ready"
     assert rows["detect_objects"]["status"] == "weights missing" and rows["detect_objects"]["status_detail"].startswith(
         "weights not found: put lae_dino at"
