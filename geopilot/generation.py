@@ -43,7 +43,9 @@ class GenerationOptions(StrictConfig):
     """Decoding settings for every turn of a chat (a subset of transformers' GenerationConfig)."""
 
     max_new_tokens: int = Field(512, ge=1)
-    min_new_tokens: int = Field(0, ge=0)  # > 0 suppresses </s> until then (benchmarks use it to fix lengths)
+    min_new_tokens: int = Field(
+        0, ge=0
+    )  # > 0 suppresses </s> until then (benchmarks fix lengths); a whole plan still ends
     do_sample: bool = False
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -80,7 +82,9 @@ class Turn:
     lookup: LookupStats | None = None  # what prompt-lookup speculation did, on a turn decoded with it
 
 
-def _streamer(tokenizer, on_text: Callable[[str], None]):
+def text_streamer(tokenizer, on_text: Callable[[str], None], skip_prompt: bool = True):
+    """A transformers streamer passing `on_text` each piece of decoded text (`skip_prompt`: its first `put`, the
+    prompt `generate` sends, is not text to pass on)."""
     import torch
     from transformers import TextStreamer
 
@@ -115,7 +119,7 @@ def _streamer(tokenizer, on_text: Callable[[str], None]):
             if text:
                 on_text(text)
 
-    return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    return _CallbackStreamer(tokenizer, skip_prompt=skip_prompt, skip_special_tokens=True)
 
 
 def _byte_token_ids(tokenizer) -> frozenset[int]:
@@ -305,7 +309,7 @@ class KVSession:
         else:  # the model keeps one position state; this session's goes back in before its cache is extended
             self.family.set_position_state(self.model, self.positions)
         if stream is not None and len(rows) == 1:
-            kwargs["streamer"] = _streamer(self.tokenizer, stream)
+            kwargs["streamer"] = text_streamer(self.tokenizer, stream)
         if self.logits_processor is not None:
             kwargs["logits_processor"] = self.logits_processor
         width = self.sequences.shape[1]
@@ -434,10 +438,10 @@ def _lookup_decode(model, sequences, mask, cache, config, lookup_tokens: int, st
         ).logits[0]
         for step in range(len(proposal) + 1):
             scores = logits[step : step + 1].float()
+            if generated < (config.min_new_tokens or 0):  # before the processors, as in `generate`
+                scores[:, eos] = float("-inf")
             if logits_processor is not None:
                 scores = logits_processor(torch.tensor([ids], device=sequences.device), scores)
-            if generated < (config.min_new_tokens or 0):
-                scores[:, eos] = float("-inf")
             token = int(scores.argmax(dim=-1))
             ids.append(token)
             keep.append(1)

@@ -110,8 +110,9 @@ def render_sample(
     """A validated sample -> ids + labels. Too long for `max_length` is an error: cutting would drop an
     assistant turn (a sample always ends with one), and a sample is never trained with its answer cut away.
     `boxes`: the family's box codec (LLaVA has none: the trace's boxes as they are)."""
+    turns = chat_turns(sample.messages, boxes=boxes)
     count = num_image_tokens if sample.image_names else 0  # each image of a sample the same (they share one size)
-    rendered = render_turns(chat_turns(sample.messages, boxes=boxes), tokenizer, count, sample.id)
+    rendered = render_turns(turns, tokenizer, count, sample.id)
     return check_rendered(rendered, sample, max_length)
 
 

@@ -257,7 +257,7 @@ class GeoPilot:
             request.system,
             request.client_tools,
             registry,
-            self.engine.box_codec(images[0].image.size),  # the boxes in the model's convention (one size: the first's)
+            self.engine.box_codec(images[0].image.size),  # the boxes in the model's convention for this image
         )
 
     def _run(

@@ -60,7 +60,7 @@ def inspect_line(line: str, line_number: int, tokenizer, image_tokens, max_lengt
             raise SampleError(f"image not found: {missing}", sample_id=sample.id, line=line_number, field="image")
         try:
             count = tokens.count(str(images[0])) if images else 0
-            boxes = tokens.boxes(str(images[0])) if images else None  # one size: the first image's convention
+            boxes = tokens.boxes(str(images[0])) if images else None
         except ImageInputError as err:
             raise SampleError(
                 f"image unreadable: {err}", sample_id=sample.id, line=line_number, field="image"

@@ -129,9 +129,10 @@ def _render_file(path: Path, tokenizer, image_tokens: ImageTokens, cfg: DataConf
     columns: dict[str, list] = {name: [] for name in COLUMNS}
     for sample in load_samples(path, on_error=cfg.on_bad_line, report=report):
         image_paths = sample.image_paths(path.parent)
-        try:  # per image; a sample's images share one size (checked with the images), so the first's count
-            count = image_tokens.count(str(image_paths[0])) if image_paths else 0
-            boxes = image_tokens.boxes(str(image_paths[0])) if image_paths else None
+        first = str(image_paths[0]) if image_paths else None  # a sample's images share one size: the first's
+        try:  # counts and box codec stand for each image
+            count = image_tokens.count(first) if first else 0
+            boxes = image_tokens.boxes(first) if first else None
         except ImageInputError:  # an unreadable image: the image check drops the sample (data.check_images)
             count, boxes = 0, None
         try:
