@@ -7,6 +7,8 @@ resolution). Ways to build it (`ModelConfig.init`):
   clip_vicuna  llava: a CLIP-ViT-L/14-336 directory + a Vicuna-7B-v1.5 directory + a fresh 2-layer GELU projector
   pretrained   qwen2_5_vl: a Qwen2.5-VL directory as transformers writes it (`path`)
   tiny         a small random model of the family, for tests and CPU runs
+  tiny_vision  llava: a small random vision tower (`tiny`'s vision sizes) + a fresh projector in front of a causal
+               LM directory (`llm_path`; the CPU demo's SmolLM2-135M-Instruct)
 LLaVA always: vision feature layer -2, feature select "default" (CLS dropped), pad-to-square with the CLIP mean colour.
 Saved models load in plain transformers and vLLM; `load_model` picks the family from config.json's `model_type`.
 """
@@ -21,7 +23,6 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from geopilot.chat_template import CHAT_TEMPLATE
 from geopilot.config import StrictConfig
 from geopilot.device import resolve_device
 from geopilot.errors import ConfigError, WeightsError, first_line
@@ -49,16 +50,16 @@ class TinyModelConfig(StrictConfig):
     seed: int = 0
 
 
-FAMILY_INITS = {"llava": ("tiny", "llava_hf", "clip_vicuna"), "qwen2_5_vl": ("tiny", "pretrained")}
+FAMILY_INITS = {"llava": ("tiny", "llava_hf", "clip_vicuna", "tiny_vision"), "qwen2_5_vl": ("tiny", "pretrained")}
 
 
 class ModelConfig(StrictConfig):
     family: Literal["llava", "qwen2_5_vl"] = "llava"
-    init: Literal["llava_hf", "clip_vicuna", "pretrained", "tiny"] = "tiny"
+    init: Literal["llava_hf", "clip_vicuna", "pretrained", "tiny", "tiny_vision"] = "tiny"
     path: str | None = None  # init=pretrained: a model directory of the family (e.g. a Qwen2.5-VL-7B-Instruct copy)
     llava_path: str | None = None  # init=llava_hf: a llava-hf checkpoint directory
     vision_path: str | None = None  # init=clip_vicuna: CLIP ViT-L/14-336 (CLIPModel or CLIPVisionModel directory)
-    llm_path: str | None = None  # init=clip_vicuna: Vicuna-7B-v1.5 (LlamaForCausalLM directory)
+    llm_path: str | None = None  # init=clip_vicuna: Vicuna-7B-v1.5; tiny_vision: any causal LM directory
     tokenizer_path: str | None = None  # default: llava_path or llm_path; tiny: this dir, else a BPE trained in-process
     vision_feature_layer: int = -2
     pad_vocab_to_multiple_of: int = 64  # llava-hf pads 32002 -> 32064
@@ -119,7 +120,6 @@ def build_processor(tokenizer, image_size: int, patch_size: int):
         size={"shortest_edge": image_size},
         crop_size={"height": image_size, "width": image_size},
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
     return LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -127,7 +127,7 @@ def build_processor(tokenizer, image_size: int, patch_size: int):
         vision_feature_select_strategy="default",
         image_token=IMAGE_TOKEN,
         num_additional_image_tokens=1,  # the CLS token the vision tower adds and "default" drops
-        chat_template=CHAT_TEMPLATE,
+        chat_template=tokenizer.chat_template,  # the template `prepare_tokenizer` gave it (Vicuna's or ChatML)
     )
 
 
@@ -146,13 +146,10 @@ def _llava_config(vision_config, text_config, image_token_id: int, feature_layer
     return config
 
 
-def _build_tiny(cfg: ModelConfig):
-    import torch
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaForConditionalGeneration
+def _tiny_vision_config(t: TinyModelConfig):
+    from transformers import CLIPVisionConfig
 
-    t = cfg.tiny
-    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else tiny_tokenizer()
-    vision = CLIPVisionConfig(
+    return CLIPVisionConfig(
         hidden_size=t.vision_hidden,
         intermediate_size=4 * t.vision_hidden,
         num_hidden_layers=t.vision_layers,
@@ -161,6 +158,15 @@ def _build_tiny(cfg: ModelConfig):
         patch_size=t.patch_size,
         projection_dim=t.vision_hidden,
     )
+
+
+def _build_tiny(cfg: ModelConfig):
+    import torch
+    from transformers import LlamaConfig, LlavaForConditionalGeneration
+
+    t = cfg.tiny
+    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else tiny_tokenizer()
+    vision = _tiny_vision_config(t)
     vocab = -(-len(tokenizer) // cfg.pad_vocab_to_multiple_of) * cfg.pad_vocab_to_multiple_of
     text = LlamaConfig(
         vocab_size=vocab,
@@ -209,13 +215,31 @@ def _build_from_llava_hf(cfg: ModelConfig):
 
 def _build_from_clip_vicuna(cfg: ModelConfig):
     import torch
-    from transformers import AutoModelForCausalLM, CLIPVisionModel, LlavaForConditionalGeneration
-    from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
+    from transformers import CLIPVisionModel
 
     vision_path, llm_path = require_dir(cfg.vision_path, "vision_path"), require_dir(cfg.llm_path, "llm_path")
+    vision = CLIPVisionModel.from_pretrained(vision_path, dtype=getattr(torch, cfg.dtype), use_safetensors=True)
+    return _assemble(cfg, vision, llm_path)
+
+
+def _build_tiny_vision(cfg: ModelConfig):
+    import torch
+    from transformers import CLIPVisionModel
+
+    llm_path = require_dir(cfg.llm_path, "llm_path")
+    torch.manual_seed(cfg.tiny.seed)
+    vision = CLIPVisionModel._from_config(_tiny_vision_config(cfg.tiny), dtype=getattr(torch, cfg.dtype))
+    return _assemble(cfg, vision, llm_path)
+
+
+def _assemble(cfg: ModelConfig, vision, llm_path: Path):
+    """A LLaVA of a vision tower, a fresh 2-layer GELU projector and the causal LM in `llm_path` (+ its tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
+    from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
+
     dtype = getattr(torch, cfg.dtype)
     tokenizer = load_tokenizer(cfg.tokenizer_path or llm_path)
-    vision = CLIPVisionModel.from_pretrained(vision_path, dtype=dtype, use_safetensors=True)
     llm = AutoModelForCausalLM.from_pretrained(llm_path, dtype=dtype, use_safetensors=True)
     config = _llava_config(
         vision.config, llm.config, tokenizer.convert_tokens_to_ids(IMAGE_TOKEN), cfg.vision_feature_layer
@@ -230,7 +254,8 @@ def _build_from_clip_vicuna(cfg: ModelConfig):
     leftover = [name for name, p in model.named_parameters() if p.is_meta]
     if leftover:
         raise WeightsError(f"parameters left uninitialised: {leftover[:5]}")
-    return model, build_processor(tokenizer, vision.config.image_size, vision.config.patch_size)
+    vision_config = vision.config
+    return model, build_processor(tokenizer, vision_config.image_size, vision_config.patch_size)
 
 
 def text_hidden_size(cfg: ModelConfig) -> int:
@@ -245,10 +270,16 @@ def llava_text_hidden_size(cfg: ModelConfig) -> int:
         return cfg.tiny.text_hidden
     if cfg.init == "llava_hf":
         return AutoConfig.from_pretrained(require_dir(cfg.llava_path, "llava_path")).text_config.hidden_size
+    # clip_vicuna, tiny_vision: the causal LM's own config
     return AutoConfig.from_pretrained(require_dir(cfg.llm_path, "llm_path")).hidden_size
 
 
-LLAVA_BUILDERS = {"tiny": _build_tiny, "llava_hf": _build_from_llava_hf, "clip_vicuna": _build_from_clip_vicuna}
+LLAVA_BUILDERS = {
+    "tiny": _build_tiny,
+    "llava_hf": _build_from_llava_hf,
+    "clip_vicuna": _build_from_clip_vicuna,
+    "tiny_vision": _build_tiny_vision,
+}
 
 
 def build_model(cfg: ModelConfig):

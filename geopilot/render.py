@@ -97,6 +97,16 @@ def render_turns(
     return Rendered(ids, labels)
 
 
+def tail_ids(tokenizer, text: str) -> list[int]:
+    """A later user turn (tool outputs, a repair request) after a generated `...</s>`: `USER: {text} ASSISTANT:`."""
+    return encode_text(tokenizer, user_turn_text(text, first=False))
+
+
+def assistant_ids(tokenizer, text: str) -> list[int]:
+    """An assistant turn as the renderer writes it: ` {json}</s>`."""
+    return encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
+
+
 def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: int | None = None) -> Rendered:
     """A validated sample -> ids + labels. Too long for `max_length` is an error: cutting would drop an
     assistant turn (a sample always ends with one), and a sample is never trained with its answer cut away."""

@@ -3,14 +3,21 @@
 The paper's base and the default. Its parts live where they always have: building in `geopilot.model`, the
 Vicuna v1 renderer in `geopilot.render`, its chat template in `geopilot.chat_template`; this module is the
 family interface over them. Every image is one fixed number of tokens (a 336 px square for the real model).
+The chat template is the tokenizer's (`prepare_tokenizer` keeps one of `TEMPLATES`): Vicuna v1 for LLaVA-1.5,
+ChatML for a language model instruction-tuned on it (the CPU demo's SmolLM2, `geopilot.render_chatml`); every
+renderer below follows the tokenizer it is given.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from geopilot.chat_template import CHAT_TEMPLATE, hf_messages
-from geopilot.render import render_sample
+from types import ModuleType
+
+from geopilot import render, render_chatml
+from geopilot.chat_template import CHAT_TEMPLATE, CHATML_TEMPLATE, hf_messages
+from geopilot.render import check_rendered
+from geopilot.wire import SYSTEM_PROMPT, chat_turns
 
 NAME = "llava"
 MODEL_TYPE = "llava"
@@ -25,7 +32,21 @@ FREEZE_GROUPS = {  # freeze flag -> parameter name prefixes
 }
 BOX_CONVENTION = "normalised [x1, y1, x2, y2] in [0, 1] of the image, as GeoPilot's trace format writes them"
 
-__all__ = ["CHAT_TEMPLATE", "hf_messages", "render_sample"]
+RENDERERS: dict[str, ModuleType] = {CHAT_TEMPLATE: render, CHATML_TEMPLATE: render_chatml}  # template -> renderer
+
+__all__ = ["CHAT_TEMPLATE", "hf_messages"]
+
+
+def renderer(tokenizer) -> ModuleType:
+    """The renderer of the tokenizer's chat template (a tokenizer without a GeoPilot template is Vicuna's)."""
+    return RENDERERS.get(tokenizer.chat_template, render)
+
+
+def render_sample(sample, tokenizer, num_image_tokens: int, max_length: int | None = None):
+    """A validated sample -> ids + labels, in the tokenizer's chat template (too long or nothing trained: an error)."""
+    count = num_image_tokens if sample.image else 0
+    rendered = renderer(tokenizer).render_turns(chat_turns(sample.messages), tokenizer, count, sample.id)
+    return check_rendered(rendered, sample, max_length)
 
 
 def build(cfg):
@@ -116,31 +137,22 @@ def image_inputs(processor, images) -> dict:
 
 def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None) -> list[int]:
     """A chat's messages (ending with a user or tool turn) -> the prompt ids, ending with the generation prompt."""
-    from geopilot.render import render_turns
-    from geopilot.wire import SYSTEM_PROMPT, chat_turns
-
     system = SYSTEM_PROMPT if system is None else system
-    return render_turns(chat_turns(messages), tokenizer, num_image_tokens, system=system).input_ids
+    return renderer(tokenizer).render_turns(chat_turns(messages), tokenizer, num_image_tokens, system=system).input_ids
 
 
 def prompt_text(messages: list, tokenizer, system: str | None = None) -> str:
     """The same conversation as text (the prefix cache's key)."""
-    from geopilot.render import render_text
-    from geopilot.wire import SYSTEM_PROMPT, chat_turns
-
-    return render_text(chat_turns(messages), tokenizer, SYSTEM_PROMPT if system is None else system)
+    system = SYSTEM_PROMPT if system is None else system
+    return renderer(tokenizer).render_text(chat_turns(messages), tokenizer, system)
 
 
 def tail_ids(tokenizer, text: str) -> list[int]:
-    """A later user turn (tool outputs, a repair request) after a generated `...</s>`: `USER: {text} ASSISTANT:`."""
-    from geopilot.render import user_turn_text
-    from geopilot.tokenizer import encode_text
-
-    return encode_text(tokenizer, user_turn_text(text, first=False))
+    """A later user turn (tool outputs, a repair request) after a generated end of turn, up to the generation prompt
+    (Vicuna: `USER: {text} ASSISTANT:`)."""
+    return renderer(tokenizer).tail_ids(tokenizer, text)
 
 
 def assistant_ids(tokenizer, text: str) -> list[int]:
-    """An assistant turn as the renderer writes it: ` {json}</s>`."""
-    from geopilot.tokenizer import encode_text
-
-    return encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
+    """An assistant turn as the renderer writes it (Vicuna: ` {json}</s>`)."""
+    return renderer(tokenizer).assistant_ids(tokenizer, text)
