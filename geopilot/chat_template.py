@@ -102,7 +102,9 @@ def _fill(parts: dict[str, str]) -> str:
     text = _TEMPLATE.replace("@SYSTEM@", json.dumps(SYSTEM_PROMPT))
     for marker, value in parts.items():
         text = text.replace(marker, value)
-    return text.replace("@IMAGE_LINE@", json.dumps(IMAGE_PLACEHOLDER + "\n")).replace("@IMAGE@", json.dumps(IMAGE_PLACEHOLDER))
+    return text.replace("@IMAGE_LINE@", json.dumps(IMAGE_PLACEHOLDER + "\n")).replace(
+        "@IMAGE@", json.dumps(IMAGE_PLACEHOLDER)
+    )
 
 
 # Vicuna v1, LLaVA-1.5's: `<s> {system} USER: ... ASSISTANT: {json}</s>USER: ...`

@@ -34,8 +34,11 @@ def _user_close(tokenizer) -> list[int]:
 def _system_ids(tokenizer, system: str) -> list[int]:
     if not system:
         return []
-    return _message_open(tokenizer, "system") + encode_text(tokenizer, system) + _special(tokenizer, IM_END) + (
-        encode_text(tokenizer, "\n")
+    return (
+        _message_open(tokenizer, "system")
+        + encode_text(tokenizer, system)
+        + _special(tokenizer, IM_END)
+        + (encode_text(tokenizer, "\n"))
     )
 
 
@@ -76,8 +79,11 @@ def render_text(turns: list[tuple[str, str]], tokenizer, system: str = SYSTEM_PR
 
 def tail_ids(tokenizer, text: str) -> list[int]:
     """A later user turn (tool outputs, a repair request) after a generated `...<|im_end|>`."""
-    return encode_text(tokenizer, "\n") + _message_open(tokenizer, "user") + encode_text(tokenizer, text) + (
-        _user_close(tokenizer)
+    return (
+        encode_text(tokenizer, "\n")
+        + _message_open(tokenizer, "user")
+        + encode_text(tokenizer, text)
+        + (_user_close(tokenizer))
     )
 
 
