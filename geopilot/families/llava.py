@@ -11,7 +11,6 @@ renderer below follows the tokenizer it is given.
 from __future__ import annotations
 
 from pathlib import Path
-
 from types import ModuleType
 
 from geopilot import render, render_chatml
