@@ -52,8 +52,23 @@ def run_dir(layout: Layout, settings: DemoSettings) -> RunDir:
     return RunDir(layout.out, settings.model_dump(mode="json"), layout.settings.name, "demo run")
 
 
+def check_base(layout: Layout, settings: DemoSettings) -> None:
+    """A folder started on the other language-model base is refused naming the setting (folders from before the
+    setting existed are `scratch`'s); anything else about the record is RunDir's to judge."""
+    try:
+        started = json.loads(layout.settings.read_text(encoding="utf-8"))["settings"].get("base", "scratch")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if started != settings.base:
+        raise GeoPilotInputError(
+            f"{str(layout.out)!r} holds a demo made with --base {started}, not --base {settings.base}: rerun with "
+            f"--base {started} to resume it, or use a new --out folder"
+        )
+
+
 def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
     """True when the folder holds this very demo, finished. Raises GeoPilotInputError when it must not be used."""
+    check_base(layout, settings)
     if not run_dir(layout, settings).check():
         return False
     read_results(layout)  # every phase marker readable, before any phase runs
