@@ -29,9 +29,9 @@ SECONDS_PER_CHAIN_CASE = 0.3  # 124 chain cases: 27-33 s
 SECONDS_FOR_EXAMPLES = 15  # the worked examples: ten chats with the example tools
 # base smollm2 (docs/demo.md, "SmolLM2"): converting the GGUF file; a LoRA step per sample of ~300 tokens on 2 cores;
 # one planning or chain case (a ~300-token prefill, a plan and an answer of up to max_new_tokens)
-SMOLLM2_CONVERT_SECONDS = 40
+SMOLLM2_CONVERT_SECONDS = 30
 SMOLLM2_SECONDS_PER_STEP_SAMPLE = 1.7
-SMOLLM2_SECONDS_PER_CASE = 4.0
+SMOLLM2_SECONDS_PER_CASE = 6.0
 
 
 def estimate_seconds(settings: DemoSettings) -> float:

@@ -128,9 +128,9 @@ SMOLLM2_DEFAULT = {
     "model": _SMOLLM2_TOWER,
     "max_length": 640,  # SmolLM2's tokens: median 300 per sample, a few panoptic turns above 600
     "batch_size": 4,
-    "stage1_steps": 26,
+    "stage1_steps": 20,
     "stage1_lr": 2e-3,
-    "stage2_steps": 13,
+    "stage2_steps": 8,
     "stage2_lr": 1e-3,
     "lora_rank": 16,
     "eval_cases": 27,
