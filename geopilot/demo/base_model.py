@@ -7,7 +7,9 @@ own package is never imported (its `__init__` needs the `llm` CLI): only its fol
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import shutil
 from pathlib import Path
@@ -57,9 +59,10 @@ def convert(out_dir: Path) -> Path:
     if (out_dir / "config.json").is_file():
         return out_dir
     source = gguf_path()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    try:  # transformers' GGUF reader draws a tqdm bar that no switch turns off: the demo's console stays quiet
+        with contextlib.redirect_stderr(io.StringIO()):
+            tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+            model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     except Exception as err:  # noqa: BLE001 - the header read but the tensors did not
         raise BaseUnavailable(f"{source} cannot be converted ({type(err).__name__}: {err})") from None
     prepare_tokenizer(tokenizer, CHATML_TEMPLATE)
