@@ -103,7 +103,8 @@ def test_the_demo_model_builds_from_the_wheel_renders_as_its_template_trains_and
     sample = next(s for s in load_samples(layout.train_file) if any(m.role == "tool" for m in s.messages))
     tokens = llava.image_token_count(processor, 0, 0)
     rendered = llava.render_sample(sample, tokenizer, tokens)
-    out_ids = processor.apply_chat_template(llava.hf_messages(sample.messages), tokenize=True, return_dict=True)
+    messages = llava.hf_messages(sample.messages)  # the exported processor's template, tokenised as a server does
+    out_ids = tokenizer.apply_chat_template(messages, chat_template=processor.chat_template, return_dict=True)
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     expanded = [i for token in out_ids["input_ids"] for i in [token] * (tokens if token == image_id else 1)]
     assert expanded == rendered.input_ids
