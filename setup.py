@@ -96,6 +96,7 @@ setup(
             "data/*.json",
             "data/planning_images/*/*.jpg",
             "data/chain_images/*",
+            "data/change_images/*",
             "lmms_tasks/*",
         ],
         "geopilot.configs": ["*.yaml", "*/*.yaml", "*/*.json"],

@@ -29,12 +29,13 @@ from pathlib import Path
 
 import torch
 from output import emit  # benchmarks/output.py
+from shapes import LLAVA_7B, llama_decoder_shape  # benchmarks/shapes.py
 
 from geopilot.agent.plan_schema import PlanGrammars, PlanLogits
 
 SHAPES = {
     "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},
-    "7b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008},
+    "7b": llama_decoder_shape(LLAVA_7B),
 }
 LLAMA_VOCAB = 32000
 PROMPT_TOKENS = 64

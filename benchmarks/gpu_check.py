@@ -73,7 +73,25 @@ class Sizes:
 def sizes(dry_run: bool, layers: int) -> Sizes:
     if dry_run:
         return Sizes(32, 8, 32, 2, 2, 64, 2, 4, 128, 24, 4, 3, (1, 2), 3.0)
-    return Sizes(336, 14, 1024, 24, 16, 4096, layers, 32, 11008, 96, 9, 8, (1, 8, 32), 45.0)
+    from shapes import LLAVA_7B  # benchmarks/shapes.py
+
+    m = LLAVA_7B
+    return Sizes(
+        m.image_size,
+        m.patch_size,
+        m.vision_hidden,
+        m.vision_layers,
+        m.vision_heads,
+        m.text_hidden,
+        layers,
+        m.text_heads,
+        m.text_intermediate,
+        96,
+        9,
+        8,
+        (1, 8, 32),
+        45.0,
+    )
 
 
 def build_shaped_model(s: Sizes, dtype: str):

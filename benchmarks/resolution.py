@@ -18,11 +18,12 @@ import numpy as np
 import torch
 from output import emit  # benchmarks/output.py
 from PIL import Image
+from shapes import LLAVA_7B  # benchmarks/shapes.py
 
 from geopilot.families import family_of_model
 from geopilot.families.qwen2_5_vl import TinyQwenConfig
 from geopilot.generation import GenerationOptions, KVSession
-from geopilot.model import ModelConfig, TinyModelConfig, build_model
+from geopilot.model import ModelConfig, build_model
 from geopilot.tool_output import ToolOutput
 from geopilot.wire import format_tool_turn
 
@@ -38,19 +39,7 @@ SHAPES = {
             family="llava",
             init="tiny",
             dtype="bfloat16",
-            tiny=TinyModelConfig(
-                image_size=336,
-                patch_size=14,
-                vision_hidden=1024,
-                vision_layers=24,
-                vision_heads=16,
-                text_hidden=4096,
-                text_layers=32,
-                text_heads=32,
-                text_kv_heads=32,
-                text_intermediate=11008,
-                max_position_embeddings=4096,
-            ),
+            tiny=LLAVA_7B,
         ),
         "qwen2_5_vl": ModelConfig(
             family="qwen2_5_vl",

@@ -13,6 +13,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from geopilot.data_gen.change_traces import (
+    CHANGE_CAPTIONING,
+    CHANGE_DETECTION,
+    CHANGE_TOOL,
+    change_captions,
+    has_change_label,
+)
 from geopilot.errors import GeoPilotInputError
 from geopilot.records import AnnotationRecord, Dialogue, ReferringExpression
 from geopilot.vocabulary import dataset_classes
@@ -71,7 +78,12 @@ def _object_has_mask(record: AnnotationRecord, index: int) -> bool:
 ABILITIES: dict[str, AbilitySpec] = {
     spec.name: spec
     for spec in [
-        AbilitySpec(GENERAL, "General Understanding", {"optical": None, "sar": None}, lambda r: bool(r.dialogues)),
+        AbilitySpec(
+            GENERAL,
+            "General Understanding",
+            {"optical": None, "sar": None},
+            lambda r: r.after_image is None and bool(r.dialogues),
+        ),
         AbilitySpec(
             "panoptic_detection", "Panoptic Detection", {"optical": "detect_all", "sar": "sar_detect_all"}, _has_objects
         ),
@@ -91,8 +103,12 @@ ABILITIES: dict[str, AbilitySpec] = {
         AbilitySpec(
             "cloud_removal", "Cloud Removal", {"optical": "remove_clouds"}, lambda r: r.cloud_free_image is not None
         ),
+        # two images (data_gen/change_traces.py): beyond the paper's Table 2
+        AbilitySpec(CHANGE_DETECTION, "Change Detection", {"optical": CHANGE_TOOL}, has_change_label),
+        AbilitySpec(CHANGE_CAPTIONING, "Change Captioning", {"optical": None}, lambda r: bool(change_captions(r))),
     ]
 }
+PAIR_ABILITIES = {CHANGE_DETECTION, CHANGE_CAPTIONING}  # samples of two images, written by data_gen/change_traces.py
 
 # Tools whose params name categories / an expression / classes (docs/design.md §4); the rest take no params.
 CATEGORY_TOOLS = {"detect_objects", "segment_instances"}

@@ -13,6 +13,7 @@ from collections import Counter
 from geopilot.data_gen.abilities import class_names
 from geopilot.data_gen.generate_config import GenerateConfig
 from geopilot.data_gen.jobs import Plan, plan_source
+from geopilot.data_gen.readers.common import CHANGE_CAPTION
 from geopilot.data_gen.sources import SourceError, SourceRead, read_source, skips_line
 from geopilot.errors import ConfigError
 from geopilot.records import ReadReport
@@ -39,9 +40,11 @@ def _contents(read: SourceRead) -> dict:
         "records": len(records),
         "objects": sum(len(r.objects) for r in records),
         "referring_expressions": sum(len(r.referring) for r in records),
-        "questions": sum(len(r.dialogues) for r in records),
+        "questions": sum(d.task != CHANGE_CAPTION for r in records for d in r.dialogues),
         "graphs": sum(r.roads is not None for r in records),
-        "pairs": sum(r.cloud_free_image is not None for r in records),
+        "pairs": sum(r.cloud_free_image is not None or r.after_image is not None for r in records),
+        "change_labels": sum(r.change_mask is not None for r in records),
+        "change_captions": sum(d.task == CHANGE_CAPTION for r in records for d in r.dialogues),
         "semantic_masks": sum(r.semantic is not None for r in records),
         "image_size": {
             "min": [min(w for w, _ in sizes), min(h for _, h in sizes)] if sizes else None,
@@ -112,7 +115,16 @@ def render_check(check: dict) -> str:
         size = s["image_size"]
         counts = ", ".join(
             f"{s[key]:,} {key.replace('_', ' ')}"
-            for key in ("objects", "referring_expressions", "questions", "graphs", "pairs", "semantic_masks")
+            for key in (
+                "objects",
+                "referring_expressions",
+                "questions",
+                "graphs",
+                "pairs",
+                "change_labels",
+                "change_captions",
+                "semantic_masks",
+            )
             if s[key]
         )
         lines += [head, f"     layout: {s['layout']}"] + ([f"     detected: {s['detected']}"] if s["detected"] else [])

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from geopilot.data_gen.abilities import (
     GENERAL,
+    PAIR_ABILITIES,
     Target,
     plan_target,
     vocabulary,
@@ -30,6 +31,7 @@ from geopilot.data_gen.chains import (
     chain_messages,
     cloudy_record,
 )
+from geopilot.data_gen.change_traces import CHANGE_DETECTION, change_caption_messages, change_detection_messages
 from geopilot.data_gen.jobs import Job, derive_seed, dialogue_kind
 from geopilot.data_gen.llm import LLMClient, LLMRequest, PromptFile
 from geopilot.data_gen.validate import (
@@ -102,6 +104,8 @@ class SampleGenerator:
                 sample = await self._general(job, meta)
             elif job.ability.startswith(CHAIN_PREFIX):
                 sample = self._chain_sample(job, meta)
+            elif job.ability in PAIR_ABILITIES:
+                sample = self._pair_sample(job, meta)
             else:
                 sample = await self._tool_sample(job, meta)
         except Dropped as drop:
@@ -236,6 +240,36 @@ class SampleGenerator:
         meta["tool_provenance"] = "annotations"
         meta["chain"] = kind
         return self._sample(chain_job, None, messages)
+
+    def _pair_sample(self, job: Job, meta: dict) -> Sample:
+        """A two-image trace (geopilot.data_gen.change_traces): change detection answered from the pair's label (the
+        after image with its unchanged pixels black is written under `change_images/`), or change captioning."""
+        record = job.record
+        rng = random.Random(derive_seed(self.seed, job.sample_id, "pair"))
+        difficulty = None
+        try:
+            if job.ability == CHANGE_DETECTION:
+                artifact = Path(self._out_abs) / "change_images" / f"{job.sample_id.replace('/', '_')}.png"
+                messages, difficulty = change_detection_messages(record, rng, artifact)
+                meta["tool_provenance"] = "annotations"
+            else:
+                messages = change_caption_messages(record, job.k, rng)
+        except (OSError, ValueError) as err:  # an unreadable label, or one of another size than the images
+            raise Dropped("annotation_unusable", str(err)) from None
+        root = job.root
+        images = [Path(p) if Path(p).is_absolute() else root / p for p in (record.image, record.after_image)]
+        try:
+            return Sample(
+                id=job.sample_id,
+                images=[os.path.relpath(os.path.abspath(p), self._out_abs) for p in images],
+                modality=record.modality,
+                source=record.source,
+                ability=job.ability,
+                difficulty=difficulty,
+                messages=messages,
+            )
+        except ValueError as err:
+            raise Dropped("sample_schema", str(err)) from None
 
     @staticmethod
     def _image_path(job: Job) -> Path:

@@ -448,6 +448,134 @@ GRAMMAR: dict[str, tuple[list[str], list[str], list[str]]] = {
 }
 GRAMMAR["visual_grounding_sar"] = GRAMMAR["visual_grounding"]
 
+# Two images, before and after: what changed, how many buildings came or went, what share of the area changed, and
+# a description of the change (tool-free). Their {place} names the pair, never one image.
+PAIR_PLACES = [
+    "",
+    "",
+    "",
+    " between these two images",
+    " between the two dates",
+    " from the first image to the second",
+    " between the before and after shots",
+    " over this period",
+    " since the earlier acquisition",
+    " between these acquisitions",
+    " in this pair",
+    " across the two scenes",
+    " between the two {modality} images",
+    " from before to after",
+    " between the older and the newer tile",
+]
+CHANGE_GRAMMAR: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "change_what": (
+        [
+            "show me what changed",
+            "find the changes",
+            "mark every change",
+            "locate the changed areas",
+            "outline the areas that changed",
+            "point out the differences",
+            "compare the two images and box the changes",
+            "detect the changes",
+            "map the changes",
+            "highlight the regions that are different",
+        ],
+        [
+            "what changed{place}?",
+            "what is different{place}?",
+            "where did things change{place}?",
+            "which areas are not the same{place}?",
+            "has anything changed{place}, and where?",
+            "what has been built or demolished{place}?",
+            "where are the differences{place}?",
+        ],
+        [
+            "a map of the changes",
+            "the changed regions with their boxes",
+            "every difference, located",
+            "the locations of all changes",
+            "a change mask",
+            "a list of what changed and where",
+        ],
+    ),
+    "change_count": (
+        [
+            "count the new buildings",
+            "count the buildings that appeared or disappeared",
+            "tally the changed buildings",
+            "count the building changes",
+            "find and count the new constructions",
+            "count how many buildings are new or gone",
+            "enumerate the buildings that changed",
+        ],
+        [
+            "how many new buildings are there{place}?",
+            "how many buildings changed{place}?",
+            "how many buildings were built or torn down{place}?",
+            "what number of buildings appeared{place}?",
+            "how many constructions are new{place}?",
+            "how many building changes can you find{place}?",
+        ],
+        [
+            "the number of new buildings",
+            "a count of the changed buildings",
+            "how many buildings appeared or vanished",
+            "a tally of the building changes",
+        ],
+    ),
+    "change_share": (
+        [
+            "measure how much of the area changed",
+            "estimate the changed fraction of the area",
+            "work out the share of the ground that changed",
+            "quantify the change",
+            "give the percentage of changed pixels",
+            "compute how much of the scene is different",
+        ],
+        [
+            "what share of the area changed{place}?",
+            "what fraction of the scene is different{place}?",
+            "how much of the ground changed{place}?",
+            "what percentage of the area was altered{place}?",
+            "how large is the changed part of the scene{place}?",
+            "how much of this area is not as it was{place}?",
+        ],
+        [
+            "the changed fraction of the area",
+            "the percentage of the scene that changed",
+            "the share of changed ground",
+            "a figure for how much changed",
+        ],
+    ),
+    "change_caption": (
+        [
+            "describe the change",
+            "describe what changed",
+            "summarise the differences",
+            "write a sentence about what changed",
+            "caption the change",
+            "tell me in words what is different",
+            "explain how the scene changed",
+        ],
+        [
+            "how did this area change{place}?",
+            "what happened{place}?",
+            "can you describe the change{place}?",
+            "what is the main difference{place}?",
+            "how would you sum up the change{place}?",
+            "in one sentence, what changed{place}?",
+        ],
+        [
+            "a one-sentence description of the change",
+            "a caption of the change",
+            "a short summary of what changed",
+            "a description of the differences",
+        ],
+    ),
+}
+GRAMMAR.update(CHANGE_GRAMMAR)
+
 NEEDS = [
     "I need {thing}{place}.",
     "I'd like {thing}{place}.",
@@ -484,7 +612,7 @@ def compose(ability: str, difficulty: str, rng: random.Random) -> str:
 
     Easy requests are bare verbs or needs, medium ones questions, hard ones carry a purpose clause."""
     verbs, questions, needs = GRAMMAR[ability]
-    place = rng.choice(PLACES)
+    place = rng.choice(_places(ability))
     form = rng.choice(
         ["verb", "verb", "question", "need"]
         if difficulty == "easy"
@@ -510,10 +638,15 @@ def wrap(query: str, rng: random.Random) -> str:
     return rng.choice(OPENINGS) + sentence(query) + rng.choice(CLOSINGS)
 
 
+def _places(ability: str) -> list[str]:
+    return PAIR_PLACES if ability in CHANGE_GRAMMAR else PLACES
+
+
 def frames(ability: str) -> list[str]:
     """Every request body `compose` can write for `ability` (no greeting, sign-off or purpose), slots open."""
     verbs, questions, needs = GRAMMAR[ability]
-    out = [p + v + place + e for p in POLITE for v in verbs for place in PLACES for e in (".", "?")]
-    out += [q.replace("{place}", place) for q in questions for place in PLACES]
-    out += [n.replace("{thing}", t).replace("{place}", place) for n in NEEDS for t in needs for place in PLACES]
+    places = _places(ability)
+    out = [p + v + place + e for p in POLITE for v in verbs for place in places for e in (".", "?")]
+    out += [q.replace("{place}", place) for q in questions for place in places]
+    out += [n.replace("{thing}", t).replace("{place}", place) for n in NEEDS for t in needs for place in places]
     return list(dict.fromkeys(sentence(f) for f in out))

@@ -4,7 +4,8 @@
      "param_checks": [{"tool", "field", "op", "value"}], "must_contain": [], "must_not_contain": [],
      "ground_truth": [{"label", "value", "tolerance"}], "max_rounds"}
 
-`image` is relative to the folder of the case file (or absolute). The last four check lists are optional (empty
+`image` is relative to the folder of the case file (or absolute); a case about several images (a before / after
+pair) names them in order in `images` instead. The last four check lists are optional (empty
 by default); everything else is required. A bad line is rejected with its line number, case id and field.
 """
 
@@ -77,6 +78,7 @@ class Case(_Strict):
     id: str = Field(min_length=1)
     query: str = Field(min_length=1)
     image: str | None  # relative to the case file's folder; null for a text-only case
+    images: list[str] | None = Field(default=None, min_length=2)  # several, in order (before, after); never with image
     modality: Literal["optical", "sar"] | None  # None: a case whose tools read no image (indicator rasters)
     category: str = Field(min_length=1)
     difficulty: Difficulty
@@ -93,6 +95,8 @@ class Case(_Strict):
 
     @model_validator(mode="after")
     def _checks_name_expected_tools(self) -> Case:
+        if self.image is not None and self.images is not None:
+            raise ValueError("images: a case has either `image` (one) or `images` (several), not both")
         stray = sorted({check.tool for check in self.param_checks} - set(self.expected_tools))
         if stray:
             raise ValueError(f"param_checks name tools that are not in expected_tools: {stray}")
@@ -111,10 +115,13 @@ class CaseSet(BaseModel):
     cases: list[Case]
 
     def image_path(self, case: Case) -> Path | None:
-        if case.image is None:
-            return None
-        image = Path(case.image)
-        return image if image.is_absolute() else self.path.parent / image
+        """The case's one image (a several-image case answers with its first: `image_paths` has them all)."""
+        paths = self.image_paths(case)
+        return paths[0] if paths else None
+
+    def image_paths(self, case: Case) -> list[Path]:
+        names = case.images if case.images is not None else [] if case.image is None else [case.image]
+        return [Path(n) if Path(n).is_absolute() else self.path.parent / n for n in names]
 
     def by_id(self) -> dict[str, Case]:
         return {case.id: case for case in self.cases}
@@ -161,7 +168,7 @@ def load_cases(path: str | Path, check_images: bool = True) -> CaseSet:
     case_set = CaseSet(path=path.resolve(), sha256=file_sha256(path), cases=cases)
     if check_images:
         for case in cases:
-            image = case_set.image_path(case)
-            if image is not None and not image.is_file():
-                raise GeoPilotInputError(f"{path.name}, case {case.id!r}: image {str(image)!r} does not exist")
+            for image in case_set.image_paths(case):
+                if not image.is_file():
+                    raise GeoPilotInputError(f"{path.name}, case {case.id!r}: image {str(image)!r} does not exist")
     return case_set

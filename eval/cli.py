@@ -17,6 +17,10 @@ COMMANDS: dict[str, tuple[str, str] | Command] = {
         "geopilot.eval.build_chains_cli",
         "rebuild the chain suite chains_v1 (cases, images, annotations)",
     ),
+    "build-change": (
+        "geopilot.eval.build_change_cli",
+        "rebuild the change question set change_v1 (two-image cases and their pairs)",
+    ),
     "build-indicators": (
         "geopilot.eval.indicator_suite",
         "the indicator case suite over a `geopilot synth-region` folder",

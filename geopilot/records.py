@@ -67,6 +67,9 @@ class AnnotationRecord:
     roads: RoadGraphAnnotation | None = None
     cloud_free_image: str | None = None  # RICE: the paired clear image
     dialogues: list[Dialogue] = field(default_factory=list)
+    # a bi-temporal pair (LEVIR-CD, LEVIR-CC): `image` is image 1 (before), `after_image` image 2, the same size
+    after_image: str | None = None
+    change_mask: str | None = None  # single-channel change label the size of the image, nonzero = changed
 
 
 @dataclass

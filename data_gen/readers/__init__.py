@@ -19,6 +19,10 @@ from geopilot.data_gen.readers.dota import read_dota
 from geopilot.data_gen.readers.fair1m import read_fair1m
 from geopilot.data_gen.readers.geochat import read_geochat
 from geopilot.data_gen.readers.isaid import read_isaid
+from geopilot.data_gen.readers.levir_cc import LAYOUT as LEVIR_CC_LAYOUT
+from geopilot.data_gen.readers.levir_cc import read_levir_cc
+from geopilot.data_gen.readers.levir_cd import LAYOUT as LEVIR_CD_LAYOUT
+from geopilot.data_gen.readers.levir_cd import read_levir_cd
 from geopilot.data_gen.readers.openearthmap import read_openearthmap
 from geopilot.data_gen.readers.rice import read_rice
 from geopilot.data_gen.readers.risbench import read_risbench
@@ -40,6 +44,8 @@ READERS: dict[str, Callable[..., ReadResult]] = {
     "geochat_instruct": read_geochat,
     "sarlang": read_sarlang,
     "sardet": read_sardet,
+    "levir_cd": read_levir_cd,
+    "levir_cc": read_levir_cc,
 }
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
@@ -61,6 +67,8 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     ),
     "sarlang": ("SARimages/ + Text/{caption,VQA}/{Caption-training,SARVQA1_<split>,...}.{csv,json,jsonl}",),
     "sardet": ("Annotations/<split>.json + JPEGImages/[<split>/]",),
+    "levir_cd": (LEVIR_CD_LAYOUT,),
+    "levir_cc": (LEVIR_CC_LAYOUT,),
 }
 
 __all__ = ["LAYOUTS", "READERS", "DatasetRootError", "ReadResult"]

@@ -46,6 +46,7 @@ NOT_UTF8 = "not_utf8"  # a row (CSV line, JSONL line) holding bytes that are not
 EMPTY_FILE = "empty_file"  # an annotation file with nothing in it (0 bytes, or an XML without one <object>)
 IGNORED = "ignored"  # an annotation its dataset marks to be ignored (SARDet-100K `ignore: 1`), as its loader does
 
+CHANGE_CAPTION = "change_caption"  # the Dialogue task of a caption of a bi-temporal pair's change (LEVIR-CC)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 LABEL_FILE_MAX_BYTES = 64 * MiB  # one image's labels (DOTA txt, VOC XML, a road GeoJSON or graph pickle): KBs to MBs
 DATASET_FILE_MAX_BYTES = 1536 * MiB  # a COCO JSON, split list or caption table (GeoChat_Instruct.json: 263 MB)
@@ -314,3 +315,18 @@ def mask_to_rle(mask: np.ndarray) -> dict:
 def finish(records: list[AnnotationRecord], report: ReadReport) -> ReadResult:
     report.records = len(records)
     return records, report
+
+
+def checked_pair(before: Path, after: Path, report: ReadReport, what: str) -> tuple[Path, int, int] | None:
+    """A bi-temporal pair (LEVIR-CD / LEVIR-CC `A/` + `B/`): the earlier image's path and size when both images are
+    readable and of one size, else None after counting why (a missing later image is `missing_image`)."""
+    first = checked_image(before, report, f"{what} A")
+    if first is None:
+        return None
+    second = checked_image(after, report, f"{what} B")
+    if second is None:
+        return None
+    if second[1:] != first[1:]:
+        report.skip(SIZE_MISMATCH, f"{what}: B is {second[1]}x{second[2]}, A {first[1]}x{first[2]}")
+        return None
+    return first

@@ -12,6 +12,8 @@ Under DIR (each folder is a dataset root the matching reader in `geopilot.data_g
   GeoChat-Instruct/{GeoChat_Instruct.json,images/}      LLaVA conversations: counting VQA, scene questions, [refer]
   SARDet-100K/Annotations/train.json + JPEGImages/train/   speckled single-channel PNG, every other one 16-bit
   SARLANG-1M/SARimages/ + Text/caption/Caption-training.csv + Text/VQA/SARVQA1_train.csv
+  LEVIR-CD/train/{A,B,label}/                           bi-temporal pairs, buildings built / demolished, 0/255 labels
+  LEVIR-CC/LevirCCcaptions.json + images/train/{A,B}/   the same pairs with five change captions each
   synth_manifest.json                                   what was placed, per dataset and record
 Deterministic per seed: the same seed writes byte-identical files.
 """
@@ -31,6 +33,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from geopilot.data_gen.readers.common import class_label
+from geopilot.data_gen.synthetic.change import change_pairs, write_levir_cc, write_levir_cd
 from geopilot.data_gen.synthetic.scenes import SIZE, OpticalScene, SarScene, optical_scene, png_bytes, sar_scene
 from geopilot.errors import GeoPilotInputError
 from geopilot.sample import IMAGE_PLACEHOLDER
@@ -543,6 +546,7 @@ OPTICAL_WRITERS = {
     "GeoChat-Instruct": write_geochat,
 }
 SAR_WRITERS = {"SARDet-100K": write_sardet, "SARLANG-1M": write_sarlang}
+PAIR_WRITERS = {"LEVIR-CD": write_levir_cd, "LEVIR-CC": write_levir_cc}  # one pair per optical scene
 MANIFEST = "synth_manifest.json"
 
 
@@ -560,6 +564,9 @@ def write_synthetic(out: Path, seed: int = 0, optical: int = 6, sar: int = 6) ->
         datasets[name] = writer(out / name, optical_scenes)
     for name, writer in SAR_WRITERS.items():
         datasets[name] = writer(out / name, sar_scenes)
+    pairs = change_pairs(seed, optical)
+    for name, writer in PAIR_WRITERS.items():
+        datasets[name] = writer(out / name, pairs)
     manifest = {"seed": seed, "optical": optical, "sar": sar, "size": SIZE, "datasets": datasets}
     _text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest

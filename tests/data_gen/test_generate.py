@@ -267,7 +267,7 @@ def test_an_unusable_annotation_drops_only_its_sample(tmp_path):
     assert "aachen_1_label.png" in dropped[0]["drop_detail"]
 
 
-@pytest.mark.parametrize("name", ["paper.yaml", "synth.yaml"])
+@pytest.mark.parametrize("name", ["paper.yaml", "synth.yaml", "change.yaml", "synth_change.yaml"])
 def test_shipped_configs_name_real_readers_and_abilities(name):
     from geopilot.data_gen.abilities import ABILITIES
     from geopilot.data_gen.readers import READERS
@@ -276,8 +276,11 @@ def test_shipped_configs_name_real_readers_and_abilities(name):
     config = load_config(GenerateConfig, path)
     assert {s.reader for s in config.sources} <= set(READERS)
     assert all(set(s.abilities or []) <= set(ABILITIES) for s in config.sources)
-    if name == "paper.yaml":  # the paper's Table 2: every reader is used
-        assert {s.reader for s in config.sources} == set(READERS)
+    pairs = {"levir_cd", "levir_cc"}  # the bi-temporal sources, beyond the paper's Table 2
+    if name == "paper.yaml":  # the paper's Table 2: every other reader is used
+        assert {s.reader for s in config.sources} == set(READERS) - pairs
+    if name == "change.yaml":
+        assert {s.reader for s in config.sources} == pairs
 
 
 def test_tool_turns_are_dispatched_through_the_tool_registry(tmp_path, monkeypatch):

@@ -49,6 +49,8 @@ def test_registry_names_every_reader():
         "geochat_instruct",
         "sarlang",
         "sardet",
+        "levir_cd",
+        "levir_cc",
     }
 
 
