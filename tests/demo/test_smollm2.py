@@ -108,8 +108,9 @@ def test_the_demo_model_builds_from_the_wheel_renders_as_its_template_trains_and
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     expanded = [i for token in out_ids["input_ids"] for i in [token] * (tokens if token == image_id else 1)]
     assert expanded == rendered.input_ids
-    losses = json.loads(layout.marker("stage2").read_text(encoding="utf-8"))["result"]
-    assert losses  # the stage ran its steps
+    for stage in ("stage1", "stage2"):  # each stage ran its steps, from a loss a pretrained LM starts at
+        result = json.loads(layout.marker(stage).read_text(encoding="utf-8"))["result"]
+        assert result["steps"] == 2 and 0 < result["losses"][0][1] < 6
     config = load_tools_config(EXAMPLES_CONFIG)
     folder = annotations_file(config.tools["detect_all"].options["annotations"]).parent
     example = json.loads((folder / QUESTIONS).read_text(encoding="utf-8"))[0]
