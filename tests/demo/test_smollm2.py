@@ -89,6 +89,7 @@ def test_the_demo_model_builds_from_the_wheel_renders_as_its_template_trains_and
     from geopilot.families import llava
     from geopilot.model import load_model
     from geopilot.sample import load_samples
+    from geopilot.tools.adapters import ExampleAnnotationsOptions
     from geopilot.tools.example_images import QUESTIONS, annotations_file
     from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry, load_tools_config
 
@@ -112,7 +113,8 @@ def test_the_demo_model_builds_from_the_wheel_renders_as_its_template_trains_and
         result = json.loads(layout.marker(stage).read_text(encoding="utf-8"))["result"]
         assert result["steps"] == 2 and 0 < result["losses"][0][1] < 6
     config = load_tools_config(EXAMPLES_CONFIG)
-    folder = annotations_file(config.tools["detect_all"].options["annotations"]).parent
+    options = ExampleAnnotationsOptions.model_validate(config.tools["detect_all"].options)
+    folder = annotations_file(options.annotations).parent
     example = json.loads((folder / QUESTIONS).read_text(encoding="utf-8"))[0]
     pilot = GeoPilot.from_pretrained(layout.model, tools=build_registry(config=config), device="cpu")
     result = pilot.chat(str(folder / example["image"]), example["question"], generation={"max_new_tokens": 48})
