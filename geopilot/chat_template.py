@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from geopilot.boxes import BoxCodec, view_to_model
 from geopilot.sample import IMAGE_PLACEHOLDER, Message
 from geopilot.tool_output import llm_view
 from geopilot.wire import ASSISTANT_ROLE, SYSTEM_PROMPT, USER_ROLE, assistant_json, dumps, question_text
@@ -136,11 +137,12 @@ CHATML_TEMPLATE = _fill(
 TEMPLATES = (CHAT_TEMPLATE, CHATML_TEMPLATE)  # a LLaVA tokenizer carries one of them (`prepare_tokenizer`)
 
 
-def hf_messages(messages: list[Message], system: str | None = None) -> list[dict]:
+def hf_messages(messages: list[Message], system: str | None = None, boxes: BoxCodec | None = None) -> list[dict]:
     """Sample messages -> the HF message form `CHAT_TEMPLATE` reads (and `render_text` agrees with):
     a user turn with the image is `[{"type": "image"}, {"type": "text", "text": question}]`, one without is a
     string; an assistant turn is its compact JSON; a tool turn is `{"role": "tool", "name": ..., "content":
-    compact JSON of llm_view(output)}`. `system` replaces the default Vicuna system prompt."""
+    compact JSON of llm_view(output)}`. `system` replaces the default Vicuna system prompt; `boxes`: the boxes in
+    the model's convention (`geopilot.boxes`; None for LLaVA, whose convention is the trace's)."""
     out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
     for message in messages:
         if message.role == "user":
@@ -150,7 +152,8 @@ def hf_messages(messages: list[Message], system: str | None = None) -> list[dict
             else:
                 out.append({"role": "user", "content": message.content})
         elif message.role == "assistant":
-            out.append({"role": "assistant", "content": assistant_json(message)})
+            out.append({"role": "assistant", "content": assistant_json(message, boxes)})
         else:
-            out.append({"role": "tool", "name": message.name, "content": dumps(llm_view(message.content))})
+            view = view_to_model(llm_view(message.content), boxes)
+            out.append({"role": "tool", "name": message.name, "content": dumps(view)})
     return out

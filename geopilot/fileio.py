@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from geopilot.errors import GeoPilotInputError, echo
+from geopilot.errors import ConfigError, GeoPilotInputError, WeightsError, echo
 
 
 def fsync_path(path: str | Path) -> None:
@@ -195,3 +195,12 @@ def iter_jsonl(path: str | Path, on_error: Literal["raise", "skip"] = "raise") -
                     continue
                 raise
             yield number, record
+
+
+def require_dir(path: str | None, what: str) -> Path:
+    """A model config's directory `what`: unset is a ConfigError, absent a WeightsError (one line each)."""
+    if not path:
+        raise ConfigError(f"model config needs {what}")
+    if not Path(path).is_dir():
+        raise WeightsError(f"{what} directory not found: {path}")
+    return Path(path)

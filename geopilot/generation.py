@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import Field
 
+from geopilot.boxes import BoxCodec, text_from_model
 from geopilot.config import StrictConfig
 
 
@@ -448,15 +449,17 @@ class AnswerExtractor:
 
     The wire format writes `reasoning`, `actions`, `value` in that order, so by the time `value` starts it is known
     whether the turn calls tools (nothing is streamed) or answers. `ChatResult.answer` stays the authoritative text.
+    `boxes`: the model quotes boxes in its own convention: they are streamed normalised, as the answer holds them
+    (the text from an unclosed `[` waits for its `]`).
     """
 
     OPENING = re.compile(r'"value"\s*:\s*"')
     NO_ACTIONS = re.compile(r'"actions"\s*:\s*\[\s*\]')
 
-    def __init__(self, on_answer: Callable[[str], None]):
-        self.on_answer = on_answer
+    def __init__(self, on_answer: Callable[[str], None], boxes: BoxCodec | None = None):
+        self.on_answer, self.boxes = on_answer, boxes
         self.text = ""
-        self.emitted = 0  # decoded answer characters already passed on
+        self.emitted = 0  # answer characters already passed on (of the answer with its boxes mapped)
         self.closed = False
 
     def feed(self, piece: str) -> None:
@@ -468,6 +471,11 @@ class AnswerExtractor:
             return
         raw = self.text[opening.end() :]
         decoded, self.closed = _json_string_prefix(raw)
+        if self.boxes is not None:
+            open_at = decoded.rfind("[")
+            if not self.closed and open_at > decoded.rfind("]"):
+                decoded = decoded[:open_at]  # a box may be being quoted: wait for its end
+            decoded = text_from_model(decoded, self.boxes)
         if len(decoded) > self.emitted:
             self.on_answer(decoded[self.emitted :])
             self.emitted = len(decoded)

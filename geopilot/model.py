@@ -25,10 +25,18 @@ from pydantic import Field, model_validator
 
 from geopilot.config import StrictConfig
 from geopilot.device import resolve_device
-from geopilot.errors import ConfigError, WeightsError, first_line
-from geopilot.families import family_of_dir, family_of_model, get_family
+from geopilot.errors import WeightsError, first_line
+from geopilot.families import FAMILIES, family_of_dir, family_of_model, get_family
+
+# LLaVA's builders live in its family module (geopilot/families/llava.py); these names stay importable from here
+from geopilot.families.llava import LLAVA_BUILDERS as LLAVA_BUILDERS
+from geopilot.families.llava import build_processor as build_processor
+from geopilot.families.llava import llava_text_hidden_size as llava_text_hidden_size
+from geopilot.families.llava import num_image_tokens as num_image_tokens
+from geopilot.families.llava import vit_l14_336_config as vit_l14_336_config
 from geopilot.families.qwen2_5_vl import TinyQwenConfig
-from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, tiny_tokenizer
+from geopilot.fileio import require_dir as require_dir
+from geopilot.tokenizer import load_tokenizer as load_tokenizer
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -76,8 +84,9 @@ class ModelConfig(StrictConfig):
             raise ValueError(
                 f"init {self.init!r} does not build family {self.family!r} (it takes {', '.join(FAMILY_INITS[self.family])})"
             )
-        if self.family != "qwen2_5_vl" and (self.min_pixels or self.max_pixels):
-            raise ValueError("min_pixels/max_pixels apply to family qwen2_5_vl (LLaVA-1.5 sees a fixed square)")
+        if not get_family(self.family).NATIVE_RESOLUTION and (self.min_pixels or self.max_pixels):
+            native = ", ".join(name for name, family in FAMILIES.items() if family.NATIVE_RESOLUTION)
+            raise ValueError(f"min_pixels/max_pixels apply to family {native} ({self.family} sees a fixed square)")
         if self.min_pixels and self.max_pixels and self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels {self.min_pixels} is above max_pixels {self.max_pixels}")
         return self
@@ -88,198 +97,9 @@ class ModelConfig(StrictConfig):
         return {"llava_hf": self.llava_path, "pretrained": self.path}.get(self.init)
 
 
-def num_image_tokens(config) -> int:
-    """Image tokens per image for a LlavaConfig: (image / patch)^2, +1 when the CLS token is kept ("full")."""
-    vision = config.vision_config
-    patches = (vision.image_size // vision.patch_size) ** 2
-    return patches + (1 if config.vision_feature_select_strategy == "full" else 0)
-
-
-def vit_l14_336_config():
-    """The real CLIP-ViT-L/14-336 vision config (openai/clip-vit-large-patch14-336), for shape checks without weights."""
-    from transformers import CLIPVisionConfig
-
-    return CLIPVisionConfig(
-        hidden_size=1024,
-        intermediate_size=4096,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        image_size=336,
-        patch_size=14,
-        projection_dim=768,
-        hidden_act="quick_gelu",
-    )
-
-
-def build_processor(tokenizer, image_size: int, patch_size: int):
-    """LlavaProcessor = pad-to-square (CLIP mean colour) + resize + CLIP normalisation, tokenizer, chat template."""
-    from transformers import LlavaImageProcessorPil, LlavaProcessor
-
-    image_processor = LlavaImageProcessorPil(
-        do_pad=True,
-        size={"shortest_edge": image_size},
-        crop_size={"height": image_size, "width": image_size},
-    )
-    return LlavaProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=patch_size,
-        vision_feature_select_strategy="default",
-        image_token=IMAGE_TOKEN,
-        num_additional_image_tokens=1,  # the CLS token the vision tower adds and "default" drops
-        chat_template=tokenizer.chat_template,  # the template `prepare_tokenizer` gave it (Vicuna's or ChatML)
-    )
-
-
-def _llava_config(vision_config, text_config, image_token_id: int, feature_layer: int):
-    from transformers import LlavaConfig
-
-    config = LlavaConfig(
-        vision_config=vision_config,
-        text_config=text_config,
-        image_token_index=image_token_id,
-        projector_hidden_act="gelu",
-        vision_feature_layer=feature_layer,
-        vision_feature_select_strategy="default",
-    )
-    config.image_seq_length = num_image_tokens(config)
-    return config
-
-
-def _tiny_vision_config(t: TinyModelConfig):
-    from transformers import CLIPVisionConfig
-
-    return CLIPVisionConfig(
-        hidden_size=t.vision_hidden,
-        intermediate_size=4 * t.vision_hidden,
-        num_hidden_layers=t.vision_layers,
-        num_attention_heads=t.vision_heads,
-        image_size=t.image_size,
-        patch_size=t.patch_size,
-        projection_dim=t.vision_hidden,
-    )
-
-
-def _build_tiny(cfg: ModelConfig):
-    import torch
-    from transformers import LlamaConfig, LlavaForConditionalGeneration
-
-    t = cfg.tiny
-    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else tiny_tokenizer()
-    vision = _tiny_vision_config(t)
-    vocab = -(-len(tokenizer) // cfg.pad_vocab_to_multiple_of) * cfg.pad_vocab_to_multiple_of
-    text = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=t.text_hidden,
-        intermediate_size=t.text_intermediate,
-        num_hidden_layers=t.text_layers,
-        num_attention_heads=t.text_heads,
-        num_key_value_heads=t.text_kv_heads,
-        max_position_embeddings=t.max_position_embeddings,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    config = _llava_config(vision, text, tokenizer.convert_tokens_to_ids(IMAGE_TOKEN), cfg.vision_feature_layer)
-    torch.manual_seed(t.seed)
-    model = LlavaForConditionalGeneration._from_config(config, dtype=getattr(torch, cfg.dtype))
-    return model, build_processor(tokenizer, t.image_size, t.patch_size)
-
-
-def require_dir(path: str | None, what: str) -> Path:
-    if not path:
-        raise ConfigError(f"model config needs {what}")
-    if not Path(path).is_dir():
-        raise WeightsError(f"{what} directory not found: {path}")
-    return Path(path)
-
-
-def _build_from_llava_hf(cfg: ModelConfig):
-    import torch
-    from transformers import LlavaForConditionalGeneration
-
-    path = require_dir(cfg.llava_path, "llava_path")
-    tokenizer = load_tokenizer(cfg.tokenizer_path or path)
-    model = LlavaForConditionalGeneration.from_pretrained(path, dtype=getattr(torch, cfg.dtype), use_safetensors=True)
-    config = model.config
-    if config.vision_feature_select_strategy != "default" or config.vision_feature_layer != cfg.vision_feature_layer:
-        raise ConfigError(
-            f"{path}: expected feature layer {cfg.vision_feature_layer} / select 'default', got "
-            f"{config.vision_feature_layer} / {config.vision_feature_select_strategy!r}"
-        )
-    if tokenizer.convert_tokens_to_ids(IMAGE_TOKEN) != config.image_token_index:
-        raise ConfigError(f"{path}: the tokenizer's {IMAGE_TOKEN} id differs from the model's image_token_index")
-    vision = config.vision_config
-    return model, build_processor(tokenizer, vision.image_size, vision.patch_size)
-
-
-def _build_from_clip_vicuna(cfg: ModelConfig):
-    import torch
-    from transformers import CLIPVisionModel
-
-    vision_path, llm_path = require_dir(cfg.vision_path, "vision_path"), require_dir(cfg.llm_path, "llm_path")
-    vision = CLIPVisionModel.from_pretrained(vision_path, dtype=getattr(torch, cfg.dtype), use_safetensors=True)
-    return _assemble(cfg, vision, llm_path)
-
-
-def _build_tiny_vision(cfg: ModelConfig):
-    import torch
-    from transformers import CLIPVisionModel
-
-    llm_path = require_dir(cfg.llm_path, "llm_path")
-    torch.manual_seed(cfg.tiny.seed)
-    vision = CLIPVisionModel._from_config(_tiny_vision_config(cfg.tiny), dtype=getattr(torch, cfg.dtype))
-    return _assemble(cfg, vision, llm_path)
-
-
-def _assemble(cfg: ModelConfig, vision, llm_path: Path):
-    """A LLaVA of a vision tower, a fresh 2-layer GELU projector and the causal LM in `llm_path` (+ its tokenizer)."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
-    from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
-
-    dtype = getattr(torch, cfg.dtype)
-    tokenizer = load_tokenizer(cfg.tokenizer_path or llm_path)
-    llm = AutoModelForCausalLM.from_pretrained(llm_path, dtype=dtype, use_safetensors=True)
-    config = _llava_config(
-        vision.config, llm.config, tokenizer.convert_tokens_to_ids(IMAGE_TOKEN), cfg.vision_feature_layer
-    )
-    with torch.device("meta"):  # a shell: every submodule is replaced below, so nothing is allocated twice
-        model = LlavaForConditionalGeneration(config)
-    model.model.vision_tower = vision
-    model.model.language_model = llm.model
-    model.lm_head = llm.lm_head
-    model.model.multi_modal_projector = LlavaMultiModalProjector(config).to(dtype)  # fresh, PyTorch default init
-    model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=cfg.pad_vocab_to_multiple_of)
-    leftover = [name for name, p in model.named_parameters() if p.is_meta]
-    if leftover:
-        raise WeightsError(f"parameters left uninitialised: {leftover[:5]}")
-    vision_config = vision.config
-    return model, build_processor(tokenizer, vision_config.image_size, vision_config.patch_size)
-
-
 def text_hidden_size(cfg: ModelConfig) -> int:
     """The language model's hidden size, read from config files only (no weights), e.g. to size ZeRO buckets."""
     return get_family(cfg.family).text_hidden_size(cfg)
-
-
-def llava_text_hidden_size(cfg: ModelConfig) -> int:
-    from transformers import AutoConfig
-
-    if cfg.init == "tiny":
-        return cfg.tiny.text_hidden
-    if cfg.init == "llava_hf":
-        return AutoConfig.from_pretrained(require_dir(cfg.llava_path, "llava_path")).text_config.hidden_size
-    # clip_vicuna, tiny_vision: the causal LM's own config
-    return AutoConfig.from_pretrained(require_dir(cfg.llm_path, "llm_path")).hidden_size
-
-
-LLAVA_BUILDERS = {
-    "tiny": _build_tiny,
-    "llava_hf": _build_from_llava_hf,
-    "clip_vicuna": _build_from_clip_vicuna,
-    "tiny_vision": _build_tiny_vision,
-}
 
 
 def build_model(cfg: ModelConfig):

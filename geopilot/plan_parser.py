@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from geopilot.boxes import BoxCodec, params_from_model, text_from_model
 from geopilot.errors import describe_validation_error
 from geopilot.sample import Action, AssistantMessage
 
@@ -38,9 +39,12 @@ class ParsedPlan:
     method: Method  # how the text was read: strict JSON, tolerant recovery, or the LLaVA-Plus format
 
 
-def parse_plan(text: str) -> ParsedPlan:
+def parse_plan(text: str, boxes: BoxCodec | None = None) -> ParsedPlan:
+    """`boxes`: the model writes boxes in its own convention (`geopilot.boxes`); the plan comes back with the
+    trace's normalised boxes, as the tools receive them."""
     try:
-        return _parse(text)
+        parsed = _parse(text)
+        return ParsedPlan(plan_from_model(parsed.plan, boxes), parsed.method)
     except PlanParseError:
         raise
     except Exception as err:  # noqa: BLE001 - last guard of the contract; the cases above are the expected ones
@@ -152,3 +156,16 @@ def plan_from_object(obj: dict) -> AssistantMessage:
         return AssistantMessage(reasoning=reasoning, actions=parsed_actions, value=value)
     except ValidationError as err:  # defensive: the checks above cover the schema
         raise PlanParseError(f"not a plan: {describe_validation_error(err)}") from None
+
+
+def plan_from_model(plan: AssistantMessage, boxes: BoxCodec | None) -> AssistantMessage:
+    """A plan as the model wrote it -> the trace's form: every box in its params and text normalised again."""
+    if boxes is None:
+        return plan
+    return plan.model_copy(
+        update={
+            "reasoning": text_from_model(plan.reasoning, boxes),
+            "actions": [a.model_copy(update={"params": params_from_model(a.params, boxes)}) for a in plan.actions],
+            "value": text_from_model(plan.value, boxes),
+        }
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geopilot.boxes import BoxCodec
 from geopilot.errors import SampleError
 from geopilot.sample import IMAGE_PLACEHOLDER, Sample
 from geopilot.tokenizer import IMAGE_TOKEN, encode_text
@@ -107,10 +108,18 @@ def assistant_ids(tokenizer, text: str) -> list[int]:
     return encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
 
 
-def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: int | None = None) -> Rendered:
+def render_sample(
+    sample: Sample,
+    tokenizer,
+    num_image_tokens: int,
+    max_length: int | None = None,
+    boxes: BoxCodec | None = None,
+) -> Rendered:
     """A validated sample -> ids + labels. Too long for `max_length` is an error: cutting would drop an
-    assistant turn (a sample always ends with one), and a sample is never trained with its answer cut away."""
-    rendered = render_turns(chat_turns(sample.messages), tokenizer, num_image_tokens if sample.image else 0, sample.id)
+    assistant turn (a sample always ends with one), and a sample is never trained with its answer cut away.
+    `boxes`: the family's box codec (LLaVA has none: the trace's boxes as they are)."""
+    turns = chat_turns(sample.messages, boxes=boxes)
+    rendered = render_turns(turns, tokenizer, num_image_tokens if sample.image else 0, sample.id)
     return check_rendered(rendered, sample, max_length)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from geopilot.boxes import BoxCodec, text_to_model, view_to_model
 from geopilot.sample import IMAGE_PLACEHOLDER, AssistantMessage, Message, ToolMessage, UserMessage
 from geopilot.tool_output import ToolOutput, llm_view
 
@@ -25,12 +26,14 @@ def dumps(obj) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def assistant_json(message: AssistantMessage) -> str:
+def assistant_json(message: AssistantMessage, boxes: BoxCodec | None = None) -> str:
+    """An assistant turn as the model writes it; `boxes`: its boxes (params, quoted in text) in the model's own
+    convention (`geopilot.boxes`; None: as the trace keeps them)."""
     return dumps(
         {
-            "reasoning": message.reasoning,
-            "actions": [{"tool": a.tool, "params": a.params} for a in message.actions],
-            "value": message.value,
+            "reasoning": text_to_model(message.reasoning, boxes),
+            "actions": [{"tool": a.tool, "params": view_to_model(a.params, boxes)} for a in message.actions],
+            "value": text_to_model(message.value, boxes),
         }
     )
 
@@ -48,27 +51,31 @@ def user_text(user: UserMessage) -> str:
     return f"{IMAGE_PLACEHOLDER}\n{question_text(user)}"
 
 
-def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str) -> str:
+def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str, boxes: BoxCodec | None = None) -> str:
     """THE formatter: tool outputs -> the user turn the model answers from.
 
     `results` holds (tool name, canonical output) pairs in call order; a failed call is a ToolOutput with
-    `error` set, shown as `{"error": ...}`.
+    `error` set, shown as `{"error": ...}`. `boxes`: the outputs' boxes in the model's convention.
     """
-    lines = [f"{name} output: {dumps(llm_view(output))}" for name, output in results]
+    lines = [f"{name} output: {dumps(view_to_model(llm_view(output), boxes))}" for name, output in results]
     return "\n".join(lines) + f"\n\nAnswer my first question: {question}"
 
 
-def chat_turns(messages: list[Message], tool_role: str = "user") -> list[tuple[str, str]]:
+def chat_turns(
+    messages: list[Message], tool_role: str = "user", boxes: BoxCodec | None = None
+) -> list[tuple[str, str]]:
     """Sample messages -> `[(role, text)]` with role in {"user", "assistant"}: user text by `user_text`, each
     assistant turn as its compact JSON, consecutive tool messages as ONE user turn written by `format_tool_turn`
-    (quoting the question of their round). `tool_role` names that turn's role (a ChatML family has a `tool` role)."""
+    (quoting the question of their round). `tool_role` names that turn's role (a ChatML family has a `tool` role);
+    `boxes`: every box in the model's convention (`geopilot.boxes`)."""
     turns: list[tuple[str, str]] = []
     question = ""
     pending_tools: list[ToolMessage] = []
 
     def flush() -> None:
         if pending_tools:
-            turns.append((tool_role, format_tool_turn([(t.name, t.content) for t in pending_tools], question)))
+            results = [(t.name, t.content) for t in pending_tools]
+            turns.append((tool_role, format_tool_turn(results, question, boxes)))
             pending_tools.clear()
 
     for message in messages:
@@ -80,7 +87,7 @@ def chat_turns(messages: list[Message], tool_role: str = "user") -> list[tuple[s
             question = question_text(message)
             turns.append(("user", user_text(message)))
         else:
-            turns.append(("assistant", assistant_json(message)))
+            turns.append(("assistant", assistant_json(message, boxes)))
     flush()
     return turns
 

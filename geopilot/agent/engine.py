@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from geopilot.agent.plan_schema import PlanConstraint, PlanGrammars, PlanLogits
 from geopilot.agent.prefix_cache import PrefixCache, prefix_key
 from geopilot.agent.requests import PreparedRequest
+from geopilot.boxes import BoxCodec
 from geopilot.families import family_of_model
 from geopilot.generation import GenerationOptions, KVSession, Turn
 
@@ -60,6 +61,10 @@ class Engine(Protocol):
         """The first prompt's token ids (empty where the server renders it) for an image of `image_size` (width,
         height); used for the context check."""
 
+    def box_codec(self, image_size: tuple[int, int]) -> BoxCodec | None:
+        """How the model reads and writes the boxes of an image of `image_size` (width, height): its family's
+        convention (`geopilot.boxes`; None: the trace's normalised boxes as they are)."""
+
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None) -> TurnSession:
         """A session over `requests`; `deadline` (time.monotonic) bounds any wait on the engine."""
 
@@ -94,7 +99,8 @@ class LocalEngine:
     def grammars(self) -> PlanGrammars:
         """The plan grammars of this tokenizer over the model's whole vocabulary (built on first use)."""
         if self._grammars is None:
-            self._grammars = PlanGrammars.of(self.tokenizer, self.model.config.text_config.vocab_size)
+            vocab = self.model.config.text_config.vocab_size
+            self._grammars = PlanGrammars.of(self.tokenizer, vocab, self.family.BOX_SCHEMA)
         return self._grammars
 
     def check_plan_room(self, constraint: PlanConstraint, max_new_tokens: int) -> None:
@@ -103,14 +109,18 @@ class LocalEngine:
     def image_tokens_of(self, image_size: tuple[int, int]) -> int:
         return self.family.image_token_count(self.processor, *image_size)
 
+    def box_codec(self, image_size: tuple[int, int]) -> BoxCodec | None:
+        return self.family.box_codec(self.processor, *image_size)
+
     def prompt_tokens(
         self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
     ) -> list[int]:
-        return self.family.prompt_ids(messages, self.tokenizer, self.image_tokens_of(image_size), system)
+        tokens, boxes = self.image_tokens_of(image_size), self.box_codec(image_size)
+        return self.family.prompt_ids(messages, self.tokenizer, tokens, system, boxes)
 
     def prefix_key(self, request: PreparedRequest, messages: list) -> str:
         """The prefix cache's key of `messages` (ending with a plan) on `request`'s image and system prompt."""
-        rendered = self.family.prompt_text(messages, self.tokenizer, request.system)
+        rendered = self.family.prompt_text(messages, self.tokenizer, request.system, request.boxes)
         return prefix_key(request.image, request.system, rendered)
 
     def open(self, requests: list[PreparedRequest], options: GenerationOptions, deadline: float | None):
@@ -126,7 +136,7 @@ class LocalEngine:
                 session, plan_ids = parked
                 session.generation_config = options.generation_config(self.tokenizer)
                 session.lookup_tokens = options.prompt_lookup_tokens
-                tool_turn = chat_turns(request.messages)[-1][1]
+                tool_turn = chat_turns(request.messages, boxes=request.boxes)[-1][1]
                 resumed[index] = LocalSession(session, self, 0.0, [request], first_turn=(plan_ids, tool_turn))
         fresh = [i for i in range(len(requests)) if i not in resumed]
         groups: list[tuple[LocalSession, list[int]]] = []
@@ -214,7 +224,8 @@ class LocalSession:
             return False
         twin = fork(row)
         twin.rewind()
-        cache.park(key, (twin, self.engine.family.assistant_ids(self.tokenizer, assistant_json(plan))))
+        text = assistant_json(plan, self.requests[row].boxes)  # the plan as the model wrote it (its box convention)
+        cache.park(key, (twin, self.engine.family.assistant_ids(self.tokenizer, text)))
         return True
 
 

@@ -62,6 +62,7 @@ class HttpEngine:
         self.timeout_s, self.max_parallel = timeout_s, max_parallel
         self.client = sync_client(self.base_url, api_key, timeout_s=timeout_s, max_retries=max_retries)
         self.tokenizer = _local_tokenizer(model)
+        self.processor = _local_processor(model)  # the served model's image resizing, for its box convention
         if family is not None:
             self.family = get_family(family)
         else:
@@ -88,6 +89,11 @@ class HttpEngine:
                 return length
         return 0
 
+    def box_codec(self, image_size: tuple[int, int]):
+        """The served model's box convention for an image of `image_size` (its processor from the local folder;
+        without one, the family's default processor settings)."""
+        return self.family.box_codec(self.processor, *image_size)
+
     def prompt_tokens(
         self, messages: list, system: str | None = None, image_size: tuple[int, int] = (0, 0)
     ) -> list[int]:
@@ -105,7 +111,7 @@ class HttpSession:
         self.conversations = []
         for request in requests:
             url = _png_data_url(request.image)
-            messages = engine.family.hf_messages(request.messages, request.system)
+            messages = engine.family.hf_messages(request.messages, request.system, request.boxes)
             self.conversations.append([_with_image_url(m, url) for m in messages])
         self.last: list[Turn | None] = [None] * len(requests)  # each row's previous turn (text, prompt tokens)
         self.last_prompt = [0] * len(requests)
@@ -137,7 +143,7 @@ class HttpSession:
         start = time.perf_counter()
         body = _body(self.engine.model, self.conversations[row], self.options, max_new_tokens, stream is not None)
         if plan is not None:
-            body["response_format"] = response_format(plan)
+            body["response_format"] = response_format(plan, self.engine.family.BOX_SCHEMA)
         text, finish, usage = self._post(body, stream)
         prompt = int(usage.get("prompt_tokens") or 0)
         # An OpenAI server reports token counts, not ids: the ids stay unknown (-1), their number is right.
@@ -194,12 +200,10 @@ class HttpSession:
         return text, finish, usage
 
 
-def response_format(plan: PlanConstraint) -> dict:
-    """The OpenAI structured-output field holding a plan's JSON schema."""
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": "geopilot_plan", "schema": plan_json_schema(plan), "strict": True},
-    }
+def response_format(plan: PlanConstraint, box_schema: dict | None = None) -> dict:
+    """The OpenAI structured-output field holding a plan's JSON schema (box params as the family writes them)."""
+    schema = plan_json_schema(plan, box_schema)
+    return {"type": "json_schema", "json_schema": {"name": "geopilot_plan", "schema": schema, "strict": True}}
 
 
 def _usage(usage) -> dict:
@@ -236,6 +240,15 @@ def _local_tokenizer(model: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model)
+
+
+def _local_processor(model: str):
+    """The processor of `model` when it names a local model folder with one, else None."""
+    if not (Path(model) / "preprocessor_config.json").is_file():
+        return None
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(model)
 
 
 def _png_data_url(image: LoadedImage) -> str:

@@ -66,7 +66,7 @@ class AgentLoop:
         )
         self.turns.append(record)
         try:
-            parsed = parse_plan(turn.text)
+            parsed = parse_plan(turn.text, self.request.boxes)  # the model's boxes back to normalised ones
         except PlanParseError as err:
             record.parse_error = str(err) + ("" if turn.finished else " (the reply was cut off at max_new_tokens)")
             if not self.repaired:
@@ -200,7 +200,8 @@ class AgentLoop:
         if record.problems:
             self.unresolved = "; ".join(record.problems)
         self.next_kind = "answer"
-        return format_tool_turn([r.for_formatter() for r in results], self.request.question)
+        results = [r.for_formatter() for r in results]
+        return format_tool_turn(results, self.request.question, self.request.boxes)
 
     def _repair(self, problem: str) -> str:
         self.repaired, self.next_kind = True, "repair"

@@ -251,6 +251,7 @@ class GeoPilot:
             request.system,
             request.client_tools,
             registry,
+            self.engine.box_codec(image.image.size),  # the boxes in the model's convention for this image
         )
 
     def _run(
@@ -272,7 +273,8 @@ class GeoPilot:
                 break
             rows = list(room)
             user_turns = None if all(pending[r] is None for r in rows) else [pending[r] for r in rows]
-            on_text = AnswerExtractor(stream).feed if stream is not None else None
+            boxes = prepared[rows[0]].boxes if len(rows) == 1 else None  # only a one-row turn streams
+            on_text = AnswerExtractor(stream, boxes).feed if stream is not None else None
             if token is not None:  # the caller gave up (serving: every client gone or out of time): stop here
                 token.check()
                 if len(rows) == 1:  # a one-row turn also stops at its next decoded piece

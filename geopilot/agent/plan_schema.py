@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from geopilot.boxes import BOX_KEYS, BOXES_KEY
 from geopilot.errors import GeoPilotInputError, clipped
 from geopilot.json_limits import check_tool_schema
 from geopilot.sample import AssistantMessage
@@ -57,13 +58,17 @@ class PlanConstraint:
         return None
 
 
-def plan_json_schema(constraint: PlanConstraint) -> dict[str, Any]:
-    """The JSON schema of a plan under `constraint`; each tool's `$defs` are renamed `<tool>.<name>` into one."""
+def plan_json_schema(constraint: PlanConstraint, box_schema: dict | None = None) -> dict[str, Any]:
+    """The JSON schema of a plan under `constraint`; each tool's `$defs` are renamed `<tool>.<name>` into one.
+    `box_schema`: how the model writes a box (its family's `BOX_SCHEMA`), in place of every box param's own
+    schema (an array under `geopilot.boxes.BOX_KEYS`, each item of one under `boxes`); None keeps them."""
     schemas = dict(constraint.params)
     defs: dict[str, Any] = {}
     calls = []
     for tool in constraint.tools:
         params = json.loads(schemas.get(tool, ANY_PARAMS))
+        if box_schema is not None:
+            params = _model_boxes(params, box_schema)
         for name, definition in params.pop("$defs", {}).items():
             defs[f"{tool}.{name}"] = _renamed_refs(definition, tool)
         calls.append(
@@ -93,6 +98,32 @@ def _plan(actions: dict, value: dict) -> dict:
         "required": ["reasoning", "actions", "value"],
         "additionalProperties": False,
     }
+
+
+def _model_boxes(node, box_schema: dict):
+    """A params schema with every box property's array schema (an `anyOf` branch too) replaced by `box_schema`."""
+    if isinstance(node, list):
+        return [_model_boxes(item, box_schema) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _model_boxes(value, box_schema) for key, value in node.items()}
+    properties = out.get("properties")
+    if isinstance(properties, dict):
+        for name, schema in properties.items():
+            if name in BOX_KEYS:
+                properties[name] = _as_box(schema, lambda _: box_schema)
+            elif name == BOXES_KEY:
+                properties[name] = _as_box(schema, lambda array: {**array, "items": box_schema})
+    return out
+
+
+def _as_box(schema, replace):
+    """`schema` with its array alternative(s) replaced (`replace(array schema)`); anything else as it is."""
+    if isinstance(schema, dict) and schema.get("type") == "array":
+        return replace(schema)
+    if isinstance(schema, dict) and isinstance(schema.get("anyOf"), list):
+        return {**schema, "anyOf": [_as_box(branch, replace) for branch in schema["anyOf"]]}
+    return schema
 
 
 def _renamed_refs(node, tool: str):
@@ -194,10 +225,11 @@ class PlanGrammars:
     """The plan grammars of one vocabulary (an `xgrammar.TokenizerInfo`), compiled once per constraint (a tool set
     and its tool_choice). `PlanGrammars.of(tokenizer, vocab_size)` for a transformers tokenizer."""
 
-    def __init__(self, info, eos: int):
+    def __init__(self, info, eos: int, box_schema: dict | None = None):
         import xgrammar
 
         self.info, self.eos, self.vocab_size = info, eos, info.vocab_size
+        self.box_schema = box_schema  # how the model writes a box param (`plan_json_schema`)
         self.compiler = xgrammar.GrammarCompiler(info)
         self._compiled: dict[PlanConstraint, Any] = {}
         self._shortest: dict[PlanConstraint, int] = {}
@@ -210,17 +242,18 @@ class PlanGrammars:
         self.control = [t for t, text in enumerate(self.info.decoded_vocab) if any(b < 0x20 for b in bytes(text))]
 
     @classmethod
-    def of(cls, tokenizer, vocab_size: int) -> PlanGrammars:
+    def of(cls, tokenizer, vocab_size: int, box_schema: dict | None = None) -> PlanGrammars:
         """`vocab_size`: the model's logits width (the mask covers all of it, padding ids included)."""
         import xgrammar
 
-        return cls(xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size), tokenizer.eos_token_id)
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        return cls(info, tokenizer.eos_token_id, box_schema)
 
     def compiled(self, constraint: PlanConstraint):
         if constraint not in self._compiled:
             import xgrammar
 
-            schema = json.dumps(plan_json_schema(constraint))
+            schema = json.dumps(plan_json_schema(constraint, self.box_schema))
             plan = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, separators=SEPARATORS)
             space = xgrammar.Grammar.from_ebnf('root ::= " " | ""')  # the wire renders ` {json}` after ASSISTANT:
             self._compiled[constraint] = self.compiler.compile_grammar(xgrammar.Grammar.concat(space, plan))

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from geopilot.agent.client_tools import ClientTools
+from geopilot.boxes import BoxCodec
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
 from geopilot.image import infer_modality, load_image
@@ -55,11 +56,13 @@ class PreparedRequest:
         system: str | None = None,
         client_tools: ClientTools | None = None,
         registry=None,  # the tool registry: held to their param names, the plan's calls of known tools
+        boxes: BoxCodec | None = None,  # the image's boxes in the model's convention (None: the trace's own)
     ):
         self.image, self.messages, self.question = image, messages, question
         self.prompt, self.load_seconds = prompt, load_seconds
         self.system, self.client_tools = system, client_tools
         self.constraint = None if client_tools is None else client_tools.constraint(registry)
+        self.boxes = boxes
         self.gate = declared  # tool calls are checked against a declared modality only
         self.modality = declared or infer_modality(image)
 

@@ -60,11 +60,15 @@ def inspect_line(line: str, line_number: int, tokenizer, image_tokens, max_lengt
             raise SampleError(f"image not found: {image}", sample_id=sample.id, line=line_number, field="image")
         try:
             count = tokens.count(str(image)) if image is not None else 0
+            boxes = tokens.boxes(str(image)) if image is not None else None
         except ImageInputError as err:
             raise SampleError(
                 f"image unreadable: {err}", sample_id=sample.id, line=line_number, field="image"
             ) from None
-        rendered = tokens.family.render_sample(sample, tokenizer, count, max_length=max_length)
+        # what the model reads: boxes in its family's convention (Qwen2.5-VL: pixels of the resized image)
+        record["text"] = tokens.family.prompt_text(sample.messages, tokenizer, boxes=boxes)
+        record["hf_messages"] = tokens.family.hf_messages(sample.messages, boxes=boxes)
+        rendered = tokens.family.render_sample(sample, tokenizer, count, max_length=max_length, boxes=boxes)
     except SampleError as err:
         record["error"] = str(err)
         return record

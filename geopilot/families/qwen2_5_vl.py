@@ -5,7 +5,9 @@
 - Chat: ChatML with Qwen's own template, exactly as its model repository ships it (`CHAT_TEMPLATE`); the renderer
   writes the same tokens segment by segment, so labels cover exactly each assistant turn's `{json}<|im_end|>`.
   A GeoPilot tool turn (`geopilot.wire.format_tool_turn`) is a `tool` message.
-- Boxes: Qwen2.5-VL was pretrained on absolute pixel coordinates of its resized input (`box_to_model`).
+- Boxes: Qwen2.5-VL was pretrained on absolute integer pixel coordinates of its resized input (`smart_resize`'s
+  size; its grounding answers read `{"bbox_2d": [x1, y1, x2, y2], "label": ...}`). Every box the model reads
+  (tool outputs, plan params, answers quoting one) is written so, and read back (`box_codec`, `geopilot.boxes`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from geopilot.boxes import BoxCodec
 from geopilot.config import StrictConfig
 from geopilot.errors import ConfigError
+from geopilot.fileio import require_dir
 from geopilot.render import IGNORE_INDEX, Rendered, check_rendered
 from geopilot.sample import IMAGE_PLACEHOLDER, Message, Sample
 from geopilot.tokenizer import encode_text
@@ -24,6 +28,7 @@ from geopilot.wire import chat_turns
 NAME = "qwen2_5_vl"
 MODEL_TYPE = "qwen2_5_vl"
 PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
+NATIVE_RESOLUTION = True  # image tokens follow the image size within min_pixels / max_pixels
 TOOL_TURN_ROLE = "tool"  # the role of a tool turn (and a repair turn) in `hf_messages`
 DEFAULT_SYSTEM = "You are a helpful assistant."  # what the upstream template writes when no system message comes
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -37,7 +42,12 @@ FREEZE_GROUPS = {  # freeze flag -> parameter name prefixes (the merger is the p
     "projector": ("model.visual.merger.",),
     "language_model": ("model.language_model.", "lm_head."),
 }
-BOX_CONVENTION = "absolute pixel coordinates [x1, y1, x2, y2] of the image as resized for the model"
+BOX_CONVENTION = (
+    "absolute integer pixel coordinates [x1, y1, x2, y2] of the image as the processor resizes it (smart_resize)"
+)
+# what a plan's box param is decoded in: four whole pixels (`geopilot.agent.plan_schema.plan_json_schema`)
+BOX_SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 4, "maxItems": 4}
+BOX_DECIMALS = 4  # a box read back: 1e-4 of the side is under a pixel up to 5000 px
 
 # Qwen/Qwen2.5-VL-7B-Instruct chat_template.json, verbatim (the same text as Qwen2-VL's).
 CHAT_TEMPLATE = (
@@ -165,8 +175,6 @@ def _build_tiny(cfg):
 
 
 def _build_pretrained(cfg):
-    from geopilot.model import require_dir
-
     path = require_dir(cfg.path, "path")
     model, processor = load(path, cfg.dtype)
     saved = processor.image_processor.size  # the saved processor's range, unless the config sets its own
@@ -205,8 +213,6 @@ def load(path: str | Path, dtype: str | None = None):
 def text_hidden_size(cfg) -> int:
     from transformers import AutoConfig
 
-    from geopilot.model import require_dir
-
     if cfg.init == "tiny":
         return cfg.tiny_qwen.text_hidden
     return AutoConfig.from_pretrained(require_dir(cfg.path, "path")).text_config.hidden_size
@@ -234,9 +240,12 @@ def image_tokens_key(processor) -> str:
 
 
 def resized_size(processor, width: int, height: int) -> tuple[int, int]:
-    """(height, width) the processor resizes a `width` x `height` image to (Qwen's `smart_resize`)."""
+    """(height, width) the processor resizes a `width` x `height` image to (Qwen's `smart_resize`); a processor
+    of None: Qwen's defaults (a served model whose folder is not here)."""
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
+    if processor is None:
+        return smart_resize(height, width, factor=28, min_pixels=DEFAULT_MIN_PIXELS, max_pixels=DEFAULT_MAX_PIXELS)
     image_processor = processor.image_processor
     return smart_resize(
         height,
@@ -258,15 +267,29 @@ def box_from_model(box: list[float], resized: tuple[int, int]) -> list[float]:
     """Qwen2.5-VL's absolute pixels on the resized (height, width) image -> a normalised box clipped to [0, 1]."""
     height, width = resized
     scale = (width, height, width, height)
-    return [min(max(value / size, 0.0), 1.0) for value, size in zip(box, scale, strict=True)]
+    return [round(min(max(value / size, 0.0), 1.0), BOX_DECIMALS) for value, size in zip(box, scale, strict=True)]
 
 
-def hf_messages(messages: list[Message], system: str | None = None) -> list[dict]:
+def box_codec(processor, width: int, height: int) -> BoxCodec:
+    """A `width` x `height` image's boxes in pixels of the size the processor resizes it to."""
+    resized = resized_size(processor, width, height)
+    return BoxCodec(lambda box: box_to_model(box, resized), lambda box: box_from_model(box, resized))
+
+
+def sample_boxes(processor, image_path: str, max_pixels: int) -> BoxCodec:
+    """A training sample's box codec: its image's size as `geopilot.image.load_image` reads it, resized."""
+    from geopilot.image import load_image
+
+    return box_codec(processor, *load_image(image_path, max_pixels=max_pixels).image.size)
+
+
+def hf_messages(messages: list[Message], system: str | None = None, boxes: BoxCodec | None = None) -> list[dict]:
     """Sample messages -> the HF message form `CHAT_TEMPLATE` reads: a user turn with the image is
     `[{"type": "image"}, {"type": "text", "text": question}]`, each round's tool outputs ONE `tool` message written
-    by `format_tool_turn`, an assistant turn its compact JSON. `system` replaces Qwen's default system prompt."""
+    by `format_tool_turn`, an assistant turn its compact JSON. `system` replaces Qwen's default system prompt;
+    `boxes` (`box_codec` of the image) writes every box in pixels of the resized image."""
     out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
-    for role, text in chat_turns(messages, tool_role=TOOL_TURN_ROLE):
+    for role, text in chat_turns(messages, tool_role=TOOL_TURN_ROLE, boxes=boxes):
         if role == "user" and IMAGE_PLACEHOLDER in text:
             question = text.replace(IMAGE_PLACEHOLDER, "").strip()
             out.append({"role": role, "content": [{"type": "image"}, {"type": "text", "text": question}]})
@@ -318,15 +341,24 @@ def render_messages(
     return Rendered(ids, labels)
 
 
-def render_sample(sample: Sample, tokenizer, num_image_tokens: int, max_length: int | None = None) -> Rendered:
-    """A validated sample -> ids + labels (`num_image_tokens`: this sample's image, from `image_token_count`)."""
-    rendered = render_messages(hf_messages(sample.messages), tokenizer, num_image_tokens if sample.image else 0)
+def render_sample(
+    sample: Sample,
+    tokenizer,
+    num_image_tokens: int,
+    max_length: int | None = None,
+    boxes: BoxCodec | None = None,
+) -> Rendered:
+    """A validated sample -> ids + labels (`num_image_tokens`: this sample's image, from `image_token_count`;
+    `boxes`: its `box_codec`, from `sample_boxes`; None writes the trace's normalised boxes)."""
+    messages = hf_messages(sample.messages, boxes=boxes)
+    rendered = render_messages(messages, tokenizer, num_image_tokens if sample.image else 0)
     return check_rendered(rendered, sample, max_length)
 
 
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = False  # 3-D rope positions: answer turns decode with `generate` (which adds the rope deltas)
+STEPPABLE = False  # nor can the per-step scheduler drive them (geopilot.serving.scheduler): the batcher serves it
 
 
 def image_features(model, pixel_values, image_grid_thw):
@@ -365,16 +397,18 @@ def image_inputs(processor, images) -> dict:
     return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
 
 
-def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None) -> list[int]:
+def prompt_ids(
+    messages: list, tokenizer, num_image_tokens: int, system: str | None = None, boxes: BoxCodec | None = None
+) -> list[int]:
     """A chat's messages (ending with a user or tool turn) -> the prompt ids, ending with the generation prompt."""
-    hf = hf_messages(messages, system)
+    hf = hf_messages(messages, system, boxes)
     return render_messages(hf, tokenizer, num_image_tokens, add_generation_prompt=True).input_ids
 
 
-def prompt_text(messages: list, tokenizer, system: str | None = None) -> str:
+def prompt_text(messages: list, tokenizer, system: str | None = None, boxes: BoxCodec | None = None) -> str:
     """The same conversation as the template writes it (one `<|image_pad|>` per image, before the processor
     expands it): the prefix cache's key, `geopilot inspect`'s text."""
-    return tokenizer.decode(render_messages(hf_messages(messages, system), tokenizer, 1).input_ids)
+    return tokenizer.decode(render_messages(hf_messages(messages, system, boxes), tokenizer, 1).input_ids)
 
 
 def assistant_ids(tokenizer, text: str) -> list[int]:

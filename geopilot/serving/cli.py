@@ -21,6 +21,7 @@ from pathlib import Path
 from geopilot.argtypes import add_tools_config_argument, port
 from geopilot.config import Flag, add_config_flags, config_from_flags
 from geopilot.errors import GeoPilotInputError
+from geopilot.families import FAMILIES
 from geopilot.network import API_KEY_ENV, is_loopback, server_api_key
 from geopilot.serving.config import MIB, ServeConfig
 
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-url", default=None, help="OpenAI-compatible server for the LLM turns (e.g. vLLM /v1)")
     parser.add_argument(
         "--model-family",
-        choices=["llava", "qwen2_5_vl"],
+        choices=list(FAMILIES),
         default=None,
         help="the model's family (docs/models.md); default: read from the model folder's config.json",
     )

@@ -411,10 +411,10 @@ def _processors(options: GenerationOptions):
 
 
 def steppable_engine(engine) -> bool:
-    """The in-process model with its own KV sessions, of a family with plain 1-D positions and one image tensor
-    (LLaVA; Qwen2.5-VL's 3-D rotary positions and image grid are its KVSession's alone)."""
+    """The in-process model with its own KV sessions, of a family the per-step scheduler can drive (its `STEPPABLE`:
+    plain 1-D positions and one image tensor, LLaVA; Qwen2.5-VL's 3-D rotary positions are its KVSession's alone)."""
     family = getattr(engine, "family", None)
-    return getattr(engine, "default_sessions", False) and getattr(family, "NAME", None) == "llava"
+    return getattr(engine, "default_sessions", False) and getattr(family, "STEPPABLE", False)
 
 
 def make_batcher(pilot, config) -> Batcher:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from geopilot.boxes import BoxCodec
 from geopilot.errors import GeoPilotInputError, ImageInputError, SampleError
 from geopilot.families import family_of_processor, llava, qwen2_5_vl
 from geopilot.fileio import fingerprint
@@ -41,11 +42,13 @@ class TrainingDataError(GeoPilotInputError):
 @dataclass(frozen=True)
 class ImageTokens:
     """How many image tokens a sample's image takes under the model's family (LLaVA: one fixed count; Qwen2.5-VL:
-    by the image's size), the family whose renderer writes them, and what the counts depend on (`key`)."""
+    by the image's size), the family whose renderer writes them, what the counts depend on (`key`), and how the
+    renderer writes the image's boxes (`boxes`: the family's `BoxCodec` for the image; None for LLaVA)."""
 
     family: ModuleType
     count: Callable[[str], int]  # image path -> image tokens
     key: str
+    boxes: Callable[[str], BoxCodec | None] = lambda path: None  # image path -> its box codec
 
     @classmethod
     def of(cls, processor, max_pixels: int) -> ImageTokens:
@@ -55,6 +58,7 @@ class ImageTokens:
             # samples share images (one scene, many questions): each image is opened once
             functools.cache(lambda path: family.sample_image_tokens(processor, path, max_pixels)),
             family.image_tokens_key(processor),
+            functools.cache(lambda path: family.sample_boxes(processor, path, max_pixels)),
         )
 
     @classmethod
@@ -112,9 +116,9 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def render_version() -> str:
     """Hash of the code that turns a sample into tokens: a change there invalidates every cache entry."""
-    from geopilot import render, sample, tokenizer, tool_output, wire
+    from geopilot import boxes, render, sample, tokenizer, tool_output, wire
 
-    modules = (render, wire, tokenizer, tool_output, sample, llava, qwen2_5_vl)
+    modules = (render, wire, boxes, tokenizer, tool_output, sample, llava, qwen2_5_vl)
     source = "".join(inspect.getsource(module) for module in modules)
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
@@ -127,10 +131,11 @@ def _render_file(path: Path, tokenizer, image_tokens: ImageTokens, cfg: DataConf
         image_path = sample.image_path(path.parent)
         try:
             count = image_tokens.count(str(image_path)) if image_path else 0
+            boxes = image_tokens.boxes(str(image_path)) if image_path else None
         except ImageInputError:  # an unreadable image: the image check drops the sample (data.check_images)
-            count = 0
+            count, boxes = 0, None
         try:
-            rendered = image_tokens.family.render_sample(sample, tokenizer, count, cfg.max_length)
+            rendered = image_tokens.family.render_sample(sample, tokenizer, count, cfg.max_length, boxes)
             ids, labels, skip = rendered.input_ids, rendered.labels, ""
         except SampleError as err:
             ids, labels, skip = [], [], f"too_long: {err}"

@@ -24,6 +24,14 @@ def image():
     return np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
 
 
+@pytest.fixture(scope="session")
+def qwen(qwen_dir):
+    """(model, processor) of the tiny Qwen2.5-VL, reloaded through `load_model`."""
+    from geopilot.model import load_model
+
+    return load_model(qwen_dir)
+
+
 @pytest.fixture
 def make_pilot(tiny, registry):
     """make_pilot(*scripts, **kwargs) -> (GeoPilot driven by the scripts, the Scripts factory)."""

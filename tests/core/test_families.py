@@ -38,12 +38,6 @@ def chain() -> dict:
 KINDS = {**ALL_KINDS, "chain": chain}
 
 
-@pytest.fixture(scope="session")
-def qwen(qwen_dir):
-    """(model, processor) of the tiny Qwen2.5-VL, reloaded through `load_model`."""
-    return load_model(qwen_dir)
-
-
 def test_the_chat_template_is_upstreams_verbatim(qwen):
     assert qwen2_5_vl.CHAT_TEMPLATE == json.loads(UPSTREAM_CHAT_TEMPLATE_JSON)["chat_template"]
     _, processor = qwen

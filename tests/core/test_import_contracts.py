@@ -163,12 +163,7 @@ UPWARD_ALLOWED = {  # (importer, imported): why
     "built on first use when no registry is passed (pip install geopilot without extras still imports)",
 }
 
-CYCLE_EXCEPTIONS = {  # (importer, imported) inside a function that closes a cycle: why, and what removes it
-    ("geopilot.families.llava", "geopilot.model"): "merged from main (model families) after this contract: the "
-    "LLaVA builders (LLAVA_BUILDERS, llava_text_hidden_size) move from geopilot/model.py to families/llava.py",
-    ("geopilot.families.qwen2_5_vl", "geopilot.model"): "the same: what it takes from geopilot/model.py moves into "
-    "the family (or below both)",
-}
+CYCLE_EXCEPTIONS: dict[tuple[str, str], str] = {}  # (importer, imported) inside a function closing a cycle: why
 
 
 def modules_under(root: Path) -> dict[str, Path]:

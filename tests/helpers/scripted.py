@@ -48,6 +48,23 @@ class Detector:
         )
 
 
+class BoxParams(_Params):
+    box: tuple[float, float, float, float] = Field(description="the region to segment, normalised [x1, y1, x2, y2]")
+
+
+class BoxSegmenter:
+    """A box-prompted tool: keeps the params it received, answers with the box it was given."""
+
+    name, description, modality, params_model = "segment_box", "segments the object inside a box", "optical", BoxParams
+
+    def __init__(self):
+        self.received: list[tuple[float, ...]] = []
+
+    def run(self, image, params: BoxParams) -> ToolOutput:
+        self.received.append(params.box)
+        return ToolOutput(detections=[Detection(label="plane", box=params.box, score=0.9)])
+
+
 class RoadExtractor:
     name, description, modality, params_model = "extract_roads", "road graph", "optical", NoParams
 
@@ -148,8 +165,10 @@ class Scripts:
     def __init__(self, tokenizer, *scripts: list[str]):
         self.tokenizer, self.scripts, self.sessions = tokenizer, scripts, []
 
-    def __call__(self, prompts, pixel_values, options):
-        assert pixel_values.shape[0] == len(prompts)
+    def __call__(self, prompts, pixel_values, options, **images):
+        """`images`: a family's other image inputs (Qwen2.5-VL's `image_grid_thw`: one row per image)."""
+        rows = images["image_grid_thw"].shape[0] if "image_grid_thw" in images else pixel_values.shape[0]
+        assert rows == len(prompts)
         session = ScriptedSession(self.tokenizer, prompts, list(self.scripts))
         self.sessions.append(session)
         return session

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from fastapi import FastAPI, Request
 from helpers.chat_engine import Forced, engine_app
-from helpers.scripted import Detector
+from helpers.scripted import BoxSegmenter, Detector
 from helpers.serving import serving
 from transformers import LogitsProcessorList
 
@@ -163,3 +163,28 @@ def test_the_context_check_holds_under_the_http_engine():
     assert result.tool_calls and result.tool_calls[0].tool == "detect_objects"
     assert result.outcome == "context_limit" and "context of 1024 tokens" in result.error
     assert len(seen) == 1
+
+
+def test_a_qwen_endpoint_reads_pixel_boxes_and_its_plans_come_back_normalised():
+    """`--engine-url` on a Qwen2.5-VL server: the conversation it renders holds the boxes in pixels of the resized
+    image (Qwen's default resize: a 448 px square stays 448), its box params are decoded as whole pixels, and the
+    plan's pixels reach the tool, and the answer, normalised."""
+    import json
+
+    think = (
+        '{"reasoning":"Segment it.","actions":[{"tool":"segment_box","params":{"box":[112,224,336,336]}}],"value":null}'
+    )
+    answer = '{"reasoning":"From the tool output.","actions":[],"value":"It is at [112, 224, 336, 336]."}'
+    app, seen = scripted_engine([(think, 300), (answer, 400)])
+    segmenter = BoxSegmenter()
+    image = np.random.default_rng(0).integers(0, 255, (448, 448, 3), dtype=np.uint8)
+    with serving(app) as url:
+        pilot = GeoPilot.from_endpoint(url + "/v1", "tiny", ToolRegistry([segmenter]), family="qwen2_5_vl")
+        result = pilot.chat(image, "Segment the plane in the lower half.")
+    assert segmenter.received == [(0.25, 0.5, 0.75, 0.75)]
+    assert result.answer == "It is at [0.25, 0.5, 0.75, 0.75]." and result.outcome == "tools"
+    tool_turn = seen[1]["messages"][-1]
+    assert tool_turn["role"] == "tool" and '"box":[112,224,336,336]' in tool_turn["content"]
+    assert seen[1]["messages"][-2]["content"] == think  # the plan goes back as the model wrote it
+    schema = json.dumps(seen[0]["response_format"]["json_schema"]["schema"])
+    assert '"box": {"type": "array", "items": {"type": "integer", "minimum": 0}' in schema
