@@ -134,7 +134,13 @@ CHATML_TEMPLATE = _fill(
         "@AFTER_ASSISTANT@": "{{- '\\n' -}}",
     }
 )
-TEMPLATES = (CHAT_TEMPLATE, CHATML_TEMPLATE)  # a LLaVA tokenizer carries one of them (`prepare_tokenizer`)
+
+
+def current_template(saved) -> str:
+    """The template a loaded tokenizer gets: ChatML's for any version of GeoPilot's ChatML template (an export keeps
+    its kind when the template text changes between versions), else Vicuna's (upstream templates included)."""
+    ours = isinstance(saved, str) and saved.startswith("{#- GeoPilot's wire format")  # every version's first words
+    return CHATML_TEMPLATE if ours and IM_START in saved else CHAT_TEMPLATE
 
 
 def hf_messages(messages: list[Message], system: str | None = None, boxes: BoxCodec | None = None) -> list[dict]:

@@ -3,7 +3,7 @@
 The paper's base and the default. Building (a tiny random model, a llava-hf checkpoint, CLIP + Vicuna + a fresh
 projector) lives here; the Vicuna v1 renderer in `geopilot.render` and its chat template in
 `geopilot.chat_template`, where they always have. Every image is one fixed number of tokens (a 336 px square for the
-real model). The chat template is the tokenizer's (`prepare_tokenizer` keeps one of `TEMPLATES`): Vicuna v1 for
+real model). The chat template is the tokenizer's (`prepare_tokenizer` keeps its kind, `current_template`): Vicuna v1 for
 LLaVA-1.5, ChatML for a language model instruction-tuned on it (the CPU demo's SmolLM2, `geopilot.render_chatml`);
 every renderer below follows the tokenizer it is given.
 """

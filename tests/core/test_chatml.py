@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers.samples import ALL_KINDS
 
-from geopilot.chat_template import CHAT_TEMPLATE, CHATML_TEMPLATE, IM_END, IM_START, hf_messages
+from geopilot.chat_template import CHAT_TEMPLATE, CHATML_TEMPLATE, IM_END, IM_START, current_template, hf_messages
 from geopilot.families import llava
 from geopilot.render import IGNORE_INDEX
 from geopilot.sample import parse_sample
@@ -85,6 +85,8 @@ def test_a_saved_tokenizer_keeps_its_template_and_others_get_vicunas(chatml, tmp
     chatml.save_pretrained(tmp_path / "chatml")
     assert load_tokenizer(tmp_path / "chatml").chat_template == CHATML_TEMPLATE
     assert llava.renderer(load_tokenizer(tmp_path / "chatml")).__name__ == "geopilot.render_chatml"
+    older = chatml.chat_template.replace("describes the message form", "describes it")  # another version's text
+    assert current_template(older) == CHATML_TEMPLATE and current_template(None) == CHAT_TEMPLATE
     foreign = tiny_tokenizer(600)
     foreign.chat_template = "{{ messages }}"  # an upstream template is replaced by the wire format's
     assert prepare_tokenizer(foreign).chat_template == CHAT_TEMPLATE
