@@ -85,7 +85,9 @@ class Server:
             "--max-concurrency",
             str(args.max_concurrency),
             "--max-new-tokens",
-            str(args.max_tokens),
+            str(
+                max(args.max_tokens, MIXED_LENGTHS[1]) if args.mixed else args.max_tokens
+            ),  # a request's may only lower it
             "--device",
             args.device,
         ]
@@ -264,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=20.0, help="load time per server per round")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup-seconds", type=float, default=3.0, help="4 clients per server before the rounds")
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--batch-wait-ms", type=float, default=20.0)
     parser.add_argument("--max-concurrency", type=int, default=64)
@@ -296,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             for server in servers.values():
                 server.wait_ready()
             for server in servers.values():  # warm-up: first requests allocate caches, load the tool registry
-                asyncio.run(load(server.url, 4, 3.0, body, args.mixed))
+                asyncio.run(load(server.url, 4, args.warmup_seconds, body, args.mixed))
             rss_before = {name: s.rss_mb() for name, s in servers.items()}
             rounds = []
             for index in range(args.rounds):

@@ -1,4 +1,4 @@
-"""The agents under test. Each turns (case, image, seed) into an `AgentRun`: the calls the tool layer saw, the
+"""The agents under test. Each turns (case, images, seed) into an `AgentRun`: the calls the tool layer saw, the
 answer, rounds, tokens and latency. The tool layer (geopilot.eval.toolkit) is the same for all of them.
 
   geopilot  a GeoPilot checkpoint in-process (`GeoPilot.from_pretrained(DIR).chat`): its own wire format
@@ -61,18 +61,20 @@ class Reply:
 def execute(
     registry: ToolRegistry,
     parsed: ParsedReply,
-    image: LoadedImage,
+    images: list[LoadedImage],
     case: Case,
     round_: int,
     chat: ChatCalls | None = None,
 ):
     """Run the parsed calls of one round through the registry; (call records, tool results) in call order. `chat`:
-    the run's calls so far, what a `result:N` reference resolves against (the round is closed here)."""
+    the run's calls so far, what a `result:N` reference resolves against (the round is closed here). `images`: the
+    case's images in order (a two-image tool reads both, docs/design.md §4)."""
+    first, several = (images[0] if images else None), ({"images": images} if len(images) > 1 else {})
     records, results = [], []
     for call in parsed.calls:
         try:
             action = Action(tool=call.tool, params=call.params)
-            result = registry.call(action, image, case.modality, calls=chat)
+            result = registry.call(action, first, case.modality, calls=chat, **several)
             if chat is not None:
                 chat.record(result, registry.params_key(action))
         except Exception as err:  # noqa: BLE001 - Action itself can reject an empty name
@@ -97,7 +99,7 @@ def execute(
 
 def tool_loop(
     case: Case,
-    image: LoadedImage,
+    images: list[LoadedImage],
     registry: ToolRegistry,
     ask: Callable[[], Reply],
     add_turn: Callable[[Reply, ParsedReply, list[ToolResult]], None],
@@ -134,7 +136,7 @@ def tool_loop(
             ]
             run.answer = parsed.answer
             break
-        records, results = execute(registry, parsed, image, case, round_, chat)
+        records, results = execute(registry, parsed, images, case, round_, chat)
         run.calls += records
         run.rounds = round_
         add_turn(reply, parsed, results)
@@ -194,14 +196,14 @@ class GeoPilotAgent:
         if not self.pilot.constrain_plans:  # a different run: the ablation never resumes a constrained one
             self.config["constrain_plans"] = False
 
-    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+    def run(self, case: Case, images: list[Path], seed: int) -> AgentRun:
         import torch
 
         started = time.perf_counter()
         try:
             torch.manual_seed(seed)
             result = self.pilot.chat(
-                str(image),
+                [str(image) for image in images],  # in order: a change case's before, after
                 case.query,
                 history=geopilot_history(case),
                 max_rounds=case.max_rounds,
@@ -361,11 +363,10 @@ class OpenAIAgent:
             cost,
         )
 
-    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+    def run(self, case: Case, images: list[Path], seed: int) -> AgentRun:
         started = time.perf_counter()
         content: list[dict] = [{"type": "text", "text": case.query}]
-        if image is not None:
-            content.append({"type": "image_url", "image_url": {"url": _data_url(image)}})
+        content += [{"type": "image_url", "image_url": {"url": _data_url(image)}} for image in images]
         messages = [{"role": "system", "content": self.system}, *_history(case), {"role": "user", "content": content}]
 
         def add_turn(reply: Reply, parsed: ParsedReply, results: list[ToolResult]) -> None:
@@ -380,7 +381,7 @@ class OpenAIAgent:
                 messages.append({"role": "user", "content": turn})
 
         try:
-            loaded = load_image(image) if image is not None else None
+            loaded = [load_image(image) for image in images]
             return tool_loop(case, loaded, self.registry, lambda: self._ask(messages, seed), add_turn)
         except Exception as err:  # noqa: BLE001 - endpoint failures and anything else: this row's infra error
             return _failed_run(err, started)
@@ -408,11 +409,11 @@ class HFAgent:
         self.prompt_hash = sha256_text(self.prompt)
         self.config = {"agent": self.name, "model": str(Path(model).resolve()), "generation": generation}
 
-    def _ask(self, messages: list[dict], pil_image) -> Reply:
+    def _ask(self, messages: list[dict], pil_images: list) -> Reply:
         import torch
 
         text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        images = [pil_image] if pil_image is not None else None
+        images = pil_images or None
         inputs = self.processor(images=images, text=text, return_tensors="pt").to(self.device)
         options = {"max_new_tokens": 256, "do_sample": False, **self.generation}
         with torch.inference_mode():
@@ -421,11 +422,11 @@ class HFAgent:
         reply = self.processor.tokenizer.decode(new, skip_special_tokens=True)
         return Reply(reply, None, int(inputs["input_ids"].shape[1]), int(new.shape[0]))
 
-    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+    def run(self, case: Case, images: list[Path], seed: int) -> AgentRun:
         import torch
 
         started = time.perf_counter()
-        first: list[dict] = [{"type": "image"}] if image is not None else []
+        first: list[dict] = [{"type": "image"} for _ in images]
         first.append({"type": "text", "text": f"{self.prompt}\n\n{case.query}"})
         messages = [*_history(case), {"role": "user", "content": first}]
 
@@ -436,9 +437,9 @@ class HFAgent:
 
         try:
             torch.manual_seed(seed)
-            loaded = load_image(image) if image is not None else None
-            pil = loaded.image if loaded is not None else None
-            return tool_loop(case, loaded, self.registry, lambda: self._ask(messages, pil), add_turn)
+            loaded = [load_image(image) for image in images]
+            pils = [one.image for one in loaded]
+            return tool_loop(case, loaded, self.registry, lambda: self._ask(messages, pils), add_turn)
         except Exception as err:  # noqa: BLE001 - a crash of the model code is this row's infra error
             return _failed_run(err, started)
 

@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str] | Command] = {
         "geopilot.eval.build_change_cli",
         "rebuild the change question set change_v1 (two-image cases and their pairs)",
     ),
+    "change-masks": (
+        "geopilot.eval.change_masks_cli",
+        "detect_changes standalone on a LEVIR-CD split: precision/recall/F1/IoU of the changed class",
+    ),
     "build-indicators": (
         "geopilot.eval.indicator_suite",
         "the indicator case suite over a `geopilot synth-region` folder",

@@ -159,8 +159,8 @@ def _planning_run(doc: dict, reply: str) -> dict:
     parsed = parse_reply(reply)
     run = AgentRun(dialect=parsed.dialect, raw=reply[:RAW_CHARS], parse_error=parsed.error, answer=parsed.answer)
     if parsed.ok and parsed.calls:
-        image = load_image(doc["image"]) if doc["image"] else None
-        run.calls, _ = execute(build_tool_layer()[0], parsed, image, case, 1, ChatCalls())
+        images = [load_image(doc["image"])] if doc["image"] else []
+        run.calls, _ = execute(build_tool_layer()[0], parsed, images, case, 1, ChatCalls())
         run.rounds = 1
     elif not parsed.ok:
         run.answer = reply

@@ -191,7 +191,7 @@ class GeoPilotLMMS(lmms):
         case = Case.model_validate(request["case"])
         image = Path(request["image"]) if request["image"] else None
         if self.agentic:
-            run = self.planning_agent(generation).run(case, image, PLANNING_SEED)
+            run = self.planning_agent(generation).run(case, [image] if image else [], PLANNING_SEED)
             return json.dumps({RECORD_KEY: {"run": run.model_dump(mode="json")}})
         chat = {"image": str(image), "query": case.query, "modality": case.modality, "history": geopilot_history(case)}
         result = self.pilot.chat_batch([chat], 0, generation)[0]

@@ -48,7 +48,7 @@ class PlanningProbe:
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         try:
             for seed, case in pairs[accelerator.process_index :: accelerator.num_processes]:
-                run = agent.run(case, self.case_set.image_path(case), seed)
+                run = agent.run(case, self.case_set.image_paths(case), seed)
                 rows.append(
                     {
                         "case_id": case.id,

@@ -96,14 +96,14 @@ class ReferenceAgent:
         self.prompt_hash = sha256_text("reference" if stop_after is None else f"reference-stop-{stop_after}")
         self.config = {"agent": self.name, **({"stop_after": stop_after} if stop_after is not None else {})}
 
-    def run(self, case: Case, image: Path | None, seed: int) -> AgentRun:
+    def run(self, case: Case, images: list[Path], seed: int) -> AgentRun:
         if case.expected_tools and not case.reference_calls:  # replaying nothing would score as a wrong agent
             raise GeoPilotInputError(
                 f"case {case.id!r} expects {', '.join(case.expected_tools)} but has no `reference_calls`, the key the "
                 "reference agent replays; this case set (the shipped planning_v1 has none) is for scoring a model"
             )
         started = time.perf_counter()
-        loaded = load_image(image) if image is not None else None
+        loaded = [load_image(image) for image in images]  # the case's images, in order
         chat, records, results = ChatCalls(), [], []
         rounds = sorted({c.round for c in case.reference_calls})
         for round_ in rounds if self.stop_after is None else rounds[: self.stop_after]:

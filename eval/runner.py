@@ -80,7 +80,7 @@ def run_benchmark(
     done = {(row["case_id"], row["seed"]) for row in existing}
     todo = [(seed, case) for seed in seeds for case in case_set.cases if (case.id, seed) not in done]
     for index, (seed, case) in enumerate(todo, start=1):
-        run = agent.run(case, case_set.image_path(case), seed)
+        run = agent.run(case, case_set.image_paths(case), seed)
         scored = score(case, run)
         append_jsonl(
             results,

@@ -1,4 +1,5 @@
-"""Write examples/images/: ten synthetic scenes (8 optical, 2 SAR) with their annotations, one per task-level tool.
+"""Write examples/images/: ten synthetic scenes (8 optical, 2 SAR) with their annotations, one per one-image
+task-level tool, and a before/after pair with its change label (detect_changes).
 
     python examples/make_examples.py            # rewrites examples/images/ (deterministic: the same bytes each run)
     python examples/make_examples.py --figure docs/images/worked_examples.png   # + each reference call drawn
@@ -15,12 +16,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from geopilot.data_gen.synthetic.change import change_pair
 from geopilot.data_gen.synthetic.scenes import SIZE, optical_scene, sar_scene
 from geopilot.vocabulary import canonical_class
 
 OUT = Path(__file__).resolve().parent / "images"
 LAND_COVER = {1: "bareland", 2: "rangeland", 3: "developed space", 4: "road", 5: "tree", 6: "water"}
 LAND_COVER |= {7: "agriculture land", 8: "building"}  # OpenEarthMap's codes, as synth paints them
+CHANGE_SEED = 46  # the before/after pair (geopilot synth's bi-temporal generator); its label is LEVIR-CD's 0/255
 
 # (file stem, modality, the reference call's tool and params, question, what the scene must hold, what the answer
 # must say: format strings over the scene's facts)
@@ -100,6 +103,17 @@ def _roads_geojson(roads) -> dict:
     return {"type": "FeatureCollection", "features": lines}
 
 
+def _change_example(image_id: int) -> dict:
+    """changes_before.png, changes_after.png and change/changes.png: the images entry of the pair."""
+    pair = change_pair(np.random.default_rng(CHANGE_SEED))
+    (OUT / "change").mkdir(exist_ok=True)
+    Image.fromarray(pair.before).save(OUT / "changes_before.png")
+    Image.fromarray(pair.after).save(OUT / "changes_after.png")
+    Image.fromarray(pair.label).save(OUT / "change" / "changes.png")
+    entry = {"id": image_id, "file_name": "changes_before.png", "width": SIZE, "height": SIZE, "modality": "optical"}
+    return entry | {"after_image": "changes_after.png", "change_mask": "change/changes.png"}
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     (OUT / "land_cover").mkdir(exist_ok=True)
@@ -155,6 +169,7 @@ def main() -> None:
             | {"params": reference}
             | ({"answer_contains": answer.format(**facts)} if answer else {})
         )
+    images.append(_change_example(len(images) + 1))
     coco = {
         "info": {"description": "GeoPilot example images (synthetic scenes)", "version": "1.0"},
         "licenses": [{"id": 1, "name": "CC0-1.0", "url": "https://creativecommons.org/publicdomain/zero/1.0/"}],

@@ -6,7 +6,8 @@ checkpoint served through `apply_chat_template` (transformers, vLLM, TGI) reads 
     <s> {system} USER: <image>\\n{question} ASSISTANT: {json}</s>USER: {tool} output: {view}\\n\\nAnswer my first question: {question} ASSISTANT: {json}</s>
 
 - the default Vicuna system prompt, unless a first `system` message replaces it;
-- every image part first (`<image>\\n`, then the text), whatever the part order, as LLaVA's preprocessing does;
+- every image part first (`<image>\\n` per image, in order, then the text), whatever the part order, as LLaVA's
+  preprocessing does;
 - consecutive `tool` messages merged into ONE user turn, as `geopilot.wire.format_tool_turn` writes it;
 - `{% generation %}` around each assistant turn (` {json}</s>`), for `return_assistant_tokens_mask=True`;
 - `add_generation_prompt` appends ` ASSISTANT:` after a final user or tool turn.
@@ -145,15 +146,16 @@ def current_template(saved) -> str:
 
 def hf_messages(messages: list[Message], system: str | None = None, boxes: BoxCodec | None = None) -> list[dict]:
     """Sample messages -> the HF message form `CHAT_TEMPLATE` reads (and `render_text` agrees with):
-    a user turn with the image is `[{"type": "image"}, {"type": "text", "text": question}]`, one without is a
+    a user turn with images is `[{"type": "image"}, ..., {"type": "text", "text": question}]` (one image part per
+    image, in order), one without is a
     string; an assistant turn is its compact JSON; a tool turn is `{"role": "tool", "name": ..., "content":
     compact JSON of llm_view(output)}`. `system` replaces the default Vicuna system prompt; `boxes`: the boxes in
     the model's convention (`geopilot.boxes`; None for LLaVA, whose convention is the trace's)."""
     out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
     for message in messages:
         if message.role == "user":
-            if IMAGE_PLACEHOLDER in message.content:
-                content = [{"type": "image"}, {"type": "text", "text": question_text(message)}]
+            if count := message.content.count(IMAGE_PLACEHOLDER):
+                content = [{"type": "image"}] * count + [{"type": "text", "text": question_text(message)}]
                 out.append({"role": "user", "content": content})
             else:
                 out.append({"role": "user", "content": message.content})

@@ -25,6 +25,7 @@ already holds earlier turns it diverges from greedy decoding after a few tokens 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 import time
@@ -42,7 +43,9 @@ class GenerationOptions(StrictConfig):
     """Decoding settings for every turn of a chat (a subset of transformers' GenerationConfig)."""
 
     max_new_tokens: int = Field(512, ge=1)
-    min_new_tokens: int = Field(0, ge=0)  # > 0 suppresses </s> until then (benchmarks use it to fix lengths)
+    min_new_tokens: int = Field(
+        0, ge=0
+    )  # > 0 suppresses </s> until then (benchmarks fix lengths); a whole plan still ends
     do_sample: bool = False
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -79,7 +82,9 @@ class Turn:
     lookup: LookupStats | None = None  # what prompt-lookup speculation did, on a turn decoded with it
 
 
-def _streamer(tokenizer, on_text: Callable[[str], None]):
+def text_streamer(tokenizer, on_text: Callable[[str], None], skip_prompt: bool = True):
+    """A transformers streamer passing `on_text` each piece of decoded text (`skip_prompt`: its first `put`, the
+    prompt `generate` sends, is not text to pass on)."""
     import torch
     from transformers import TextStreamer
 
@@ -114,7 +119,7 @@ def _streamer(tokenizer, on_text: Callable[[str], None]):
             if text:
                 on_text(text)
 
-    return _CallbackStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    return _CallbackStreamer(tokenizer, skip_prompt=skip_prompt, skip_special_tokens=True)
 
 
 def _byte_token_ids(tokenizer) -> frozenset[int]:
@@ -125,6 +130,12 @@ def _byte_token_ids(tokenizer) -> frozenset[int]:
         cached = frozenset(i for i, p in enumerate(pieces) if p and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", p))
         tokenizer._geopilot_byte_ids = cached
     return cached
+
+
+def _split(items: list, counts: list[int]) -> list[list]:
+    """`items` cut into consecutive runs of `counts` (each conversation's images)."""
+    ends = list(itertools.accumulate(counts))
+    return [list(items[end - count : end]) for end, count in zip(ends, counts, strict=True)]
 
 
 class KVSession:
@@ -140,9 +151,11 @@ class KVSession:
         reuse_cache: bool = True,
         logits_processor=None,
         image_grid_thw=None,
+        image_counts: list[int] | None = None,
     ):
         """`pixel_values` and `image_grid_thw` as the model's processor writes them (a grid: one row per image of a
-        native-resolution family, whose pixel rows are each image's patches, concatenated)."""
+        native-resolution family, whose pixel rows are each image's patches, concatenated); `image_counts`: the
+        images of each conversation, in order (None: one each)."""
         import torch
         from transformers import DynamicCache
         from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -164,15 +177,18 @@ class KVSession:
         self.rows = list(range(len(prompts)))
         self.lacks_eos = [False] * len(prompts)
         pixel_values = pixel_values.to(model.device, model.dtype)
-        rows = [1] * len(prompts) if image_grid_thw is None else image_grid_thw.prod(-1).tolist()
-        self.pixel_rows = list(torch.split(pixel_values, rows))  # per conversation, so finished rows can leave
-        self.grid_rows = None if image_grid_thw is None else list(torch.split(image_grid_thw.to(model.device), 1))
+        self.image_counts = list(image_counts or [1] * len(prompts))
+        per_image = [1] * sum(self.image_counts) if image_grid_thw is None else image_grid_thw.prod(-1).tolist()
+        per_row = [sum(c) for c in _split(per_image, self.image_counts)]
+        self.pixel_rows = list(torch.split(pixel_values, per_row))  # per conversation, so finished rows can leave
+        grid = None if image_grid_thw is None else image_grid_thw.to(model.device)
+        self.grid_rows = None if grid is None else list(torch.split(grid, self.image_counts))
         self.positions = None  # the family's position state after the first turn (Qwen2.5-VL: its rope deltas)
         self.cache = DynamicCache(config=model.config)
         self.started = False
         start = time.perf_counter()
         with torch.inference_mode():
-            features = self.family.image_features(model, pixel_values, self._grid())
+            features = list(self.family.image_features(model, pixel_values, self._grid()))  # one per image
             if pixel_values.is_cuda:  # time the work, not the launch
                 torch.cuda.synchronize(pixel_values.device)
         # only the projected features are kept (not every vision layer's hidden states); they are used once
@@ -201,7 +217,9 @@ class KVSession:
         if self.positions is not None:
             self.positions = self.positions[selected]
         if self.image_outputs is not None:
-            self.image_outputs.pooler_output = [self.image_outputs.pooler_output[i] for i in index]
+            per_row = _split(self.image_outputs.pooler_output, self.image_counts)
+            self.image_outputs.pooler_output = [feature for i in index for feature in per_row[i]]
+        self.image_counts = [self.image_counts[i] for i in index]
         if self.started:
             self.cache.batch_select_indices(selected)
         self.lacks_eos = [self.lacks_eos[i] for i in index]
@@ -225,6 +243,7 @@ class KVSession:
         twin.cache.layers = [copy.copy(layer) for layer in self.cache.layers]
         twin.cache.batch_select_indices(selected)  # new tensors: the layers' own are not touched
         twin.rows, twin.lacks_eos, twin.image_outputs = [0], [self.lacks_eos[index]], None
+        twin.image_counts = [self.image_counts[index]]
         return twin
 
     def rewind(self) -> None:
@@ -290,7 +309,7 @@ class KVSession:
         else:  # the model keeps one position state; this session's goes back in before its cache is extended
             self.family.set_position_state(self.model, self.positions)
         if stream is not None and len(rows) == 1:
-            kwargs["streamer"] = _streamer(self.tokenizer, stream)
+            kwargs["streamer"] = text_streamer(self.tokenizer, stream)
         if self.logits_processor is not None:
             kwargs["logits_processor"] = self.logits_processor
         width = self.sequences.shape[1]
@@ -419,10 +438,10 @@ def _lookup_decode(model, sequences, mask, cache, config, lookup_tokens: int, st
         ).logits[0]
         for step in range(len(proposal) + 1):
             scores = logits[step : step + 1].float()
+            if generated < (config.min_new_tokens or 0):  # before the processors, as in `generate`
+                scores[:, eos] = float("-inf")
             if logits_processor is not None:
                 scores = logits_processor(torch.tensor([ids], device=sequences.device), scores)
-            if generated < (config.min_new_tokens or 0):
-                scores[:, eos] = float("-inf")
             token = int(scores.argmax(dim=-1))
             ids.append(token)
             keep.append(1)

@@ -26,6 +26,8 @@ WebP), so EPS (which hands the bytes to Ghostscript) and Pillow's other decoders
 named .tif/.tiff, and TIFF bytes) go to rasterio with the GTiff driver only. An empty (0-pixel) image, a directory or
 an object that is not an image is a one-line `ImageInputError`.
 The model-side geometry (pad to a square with the CLIP mean colour, resize to 336) is the image processor's.
+5. Several images of one chat or sample (before, after) are loaded one by one by these rules and must then be one
+   size (`check_same_size`): a pair of different sizes is refused, never resampled (docs/design.md §3).
 """
 
 from __future__ import annotations
@@ -228,3 +230,16 @@ def infer_modality(image: LoadedImage | Image.Image) -> Modality:
         return "optical"
     spread = sample.max(axis=2) - sample.min(axis=2)
     return "sar" if float(spread.mean()) < GREY_SPREAD else "optical"
+
+
+def check_same_size(images: Sequence[LoadedImage]) -> None:
+    """Several images of one chat or sample must be one size: they are a co-registered pair (or series), which a
+    change tool compares pixel by pixel. ImageInputError naming the sizes; nothing is resampled."""
+    width, height = images[0].image.size
+    for number, loaded in enumerate(images[1:], start=2):
+        if loaded.image.size != (width, height):
+            other = "x".join(map(str, loaded.image.size))
+            raise ImageInputError(
+                f"image {number} is {other} px but image 1 is {width}x{height}: the images of one chat must be the "
+                "same size (a co-registered pair); resample one onto the other's grid first"
+            )

@@ -4,7 +4,9 @@ Labels cover exactly the assistant turns (` {json}</s>`), everything else is -10
 piece by piece, the loss mask is right by construction: there is no search for separators afterwards (the LLaVA
 "tokenization mismatch" that silently zeroes samples cannot happen). Segment boundaries, per docs/design.md §3:
 
-    <s> | ␣SYSTEM USER: | <image> x N | \n{question} ASSISTANT: | ␣{json}</s> | USER: ... ASSISTANT: | ...
+    <s> | ␣SYSTEM USER: | <image> x N | \n | <image> x N | \n{question} ASSISTANT: | ␣{json}</s> | USER: ... | ...
+
+(one `<image> x N` run per image of the sample, in order; N image tokens each.)
 
 The space that opens the first segment is the SentencePiece prefix space: Vicuna's tokenizer reads the whole
 prompt `A chat ...` as `<s> ▁A ▁chat ...`, so the first segment is written with it (LLaVA-1.5's initialisation
@@ -119,14 +121,15 @@ def render_sample(
     assistant turn (a sample always ends with one), and a sample is never trained with its answer cut away.
     `boxes`: the family's box codec (LLaVA has none: the trace's boxes as they are)."""
     turns = chat_turns(sample.messages, boxes=boxes)
-    rendered = render_turns(turns, tokenizer, num_image_tokens if sample.image else 0, sample.id)
+    count = num_image_tokens if sample.image_names else 0  # each image of a sample the same (they share one size)
+    rendered = render_turns(turns, tokenizer, count, sample.id)
     return check_rendered(rendered, sample, max_length)
 
 
 def check_rendered(rendered: Rendered, sample: Sample, max_length: int | None) -> Rendered:
     """Every family's renderer ends here: an image placeholder without an image, too long for `max_length` or
     nothing trained is an error."""
-    if sample.image is None and any(
+    if not sample.image_names and any(
         IMAGE_PLACEHOLDER in getattr(m, "content", "") for m in sample.messages if m.role == "user"
     ):
         raise SampleError(

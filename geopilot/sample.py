@@ -54,6 +54,7 @@ class ToolMessage(_Strict):
 
 
 Message = Annotated[UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+DEFAULT_MAX_IMAGES = 4  # images per chat request by default (GeoPilot, `chat`, `serve`): each costs its tokens
 MESSAGE_ROLES = ("user", "assistant", "tool")  # the tags of the Message union
 
 

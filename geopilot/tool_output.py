@@ -123,7 +123,8 @@ class ToolOutput(_Strict):
     )
     message: str | None = None
     error: str | None = None  # the call failed (timeout, exception, invalid call): the model reads only this
-    computed_on: str = Field(INPUT_IMAGE, pattern=r"^(input|result:[1-9][0-9]*)$")  # the chat's image or call N's
+    # the chat's (first) image, its image K ("input:K", K >= 2), or call N's image artefact
+    computed_on: str = Field(INPUT_IMAGE, pattern=r"^(input|input:[1-9][0-9]*|result:[1-9][0-9]*)$")
 
 
 def rle_problem(rle: RLE, max_pixels: int = MASK_MAX_PIXELS) -> str | None:

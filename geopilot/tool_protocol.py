@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from geopilot.errors import describe_validation_error, echo
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Action, Modality
-from geopilot.tool_chains import REFERENCE_PARAMS, ChatCalls, ResolvedInputs, params_key
+from geopilot.tool_chains import INPUT_SCHEMA, REFERENCE_PARAMS, ChatCalls, ResolvedInputs, input_number, params_key
 from geopilot.tool_output import ToolOutput
 from geopilot.tool_result import ToolCallError, ToolResult
 from geopilot.tool_runner import CANCEL_GRACE_S, TimedOut, ToolFailed, run_in_process, run_in_thread
@@ -35,6 +35,14 @@ class Tool(Protocol):
 
     # Optional: `isolation: Isolation = "thread"` (module docstring); read with getattr, so a plain tool needs none.
     # A tool whose params have an `objects` reference is run as `run(image, params, objects=[Detection, ...])`.
+    # Optional: `image_count: int = 1`; a tool that reads several images (e.g. 2: before, after) is run as
+    # `run(images[0], params, images=[LoadedImage, ...])`, exactly `image_count` of the chat's images in order (its
+    # params' `images: InputImages` may name which; docs/design.md §4). Read with getattr, so a plain tool needs none.
+
+
+def image_count(tool: Tool) -> int:
+    """How many of the chat's images a tool reads (1 unless it declares `image_count`)."""
+    return getattr(tool, "image_count", 1)
 
 
 Isolation = Literal["thread", "process"]
@@ -50,6 +58,8 @@ def _plan_params(tool: Tool) -> tuple[str, str]:
 
     schema = tool.params_model.model_json_schema()
     own = {**schema, "properties": {k: v for k, v in schema.get("properties", {}).items() if k not in REFERENCE_PARAMS}}
+    if "image" in schema.get("properties", {}):  # a first plan may already pick one of the chat's images
+        own["properties"]["image"] = dict(INPUT_SCHEMA)
     if "required" in schema:
         own["required"] = [k for k in schema["required"] if k not in REFERENCE_PARAMS]
     return check_params_schema(tool.name, schema), check_params_schema(tool.name, own)
@@ -137,6 +147,10 @@ class ToolRegistry:
             reference = getattr(params, field, None)
             if reference is None:
                 continue
+            if field == "image" and (number := input_number(reference)) is not None:
+                resolved.inputs = [number]
+                resolved.computed_on = f"input:{number}" if number > 1 else resolved.computed_on
+                continue
             if calls is None:
                 raise ToolCallError(
                     "invalid_reference",
@@ -185,9 +199,11 @@ class ToolRegistry:
         modality: Modality | None = None,
         timeout_s: float | None = None,
         calls: ChatCalls | None = None,
+        images: list[LoadedImage] | None = None,
     ) -> ToolResult:
         """Validate and run one call (its references resolved against the chat's `calls`). Every failure becomes
-        `ToolResult.error`; nothing is raised. The caller records the result in `calls`.
+        `ToolResult.error`; nothing is raised. The caller records the result in `calls`. `images`: all the chat's
+        images in order (None: just `image`); a call reads the one(s) it names (`Tool.image_count`, 'input:K').
 
         A timeout ends the work (module docstring of `geopilot.cancellation`, and `Tool.isolation`): an in-process
         call is cancelled and waited for up to `cancel_grace_s`, a process-isolated one is killed."""
@@ -197,12 +213,16 @@ class ToolRegistry:
             tool, params = self._checked_params(action, modality)
             inputs = self.resolve(tool, params, calls)
             if inputs.image_path is not None:
-                image = _artifact_image(inputs)
+                image, several = _artifact_image(inputs), None
+            else:
+                image, several = _chat_images(tool, params, inputs, [image] if images is None else list(images))
         except ToolCallError as err:
             result.error, result.error_kind = str(err), err.kind
             return result
         timeout = self.timeout_s if timeout_s is None else timeout_s
         extra = {} if inputs.objects is None else {"objects": inputs.objects}
+        if several is not None:
+            extra["images"] = several
         try:
             if timeout <= 0:
                 raise TimedOut(f"tool {tool.name!r} was not run: no time left (timeout {timeout:g} s)")
@@ -243,6 +263,33 @@ class ToolRegistry:
             result.output = None
             result.error = f"tool {name!r} produced an invalid output: {describe_validation_error(err)}"
             result.error_kind = "invalid_output"
+
+
+def _chat_images(
+    tool: Tool, params: BaseModel, inputs: ResolvedInputs, chat_images: list[LoadedImage | None]
+) -> tuple[LoadedImage | None, list[LoadedImage] | None]:
+    """The chat images a call reads: (its `image`, the `images=` list of a several-image tool, else None);
+    ToolCallError("missing_image") naming the image the chat lacks, before the tool runs."""
+    needed = image_count(tool)
+    if needed == 1:
+        numbers = inputs.inputs
+        if numbers == [1]:  # the chat's image as always (None for a text-only chat: a tool that reads none)
+            return (chat_images[0] if chat_images else None), None
+    else:
+        names = getattr(params, "images", None) or [f"input:{k}" for k in range(1, needed + 1)]
+        numbers = [input_number(name) for name in names]
+        if len(numbers) != needed:
+            raise ToolCallError(
+                "invalid_params", f"{tool.name!r} reads {needed} images, but images names {len(numbers)}"
+            )
+    have = len([image for image in chat_images if image is not None])
+    if missing := [k for k in numbers if k > have]:
+        reads = f"{needed} images (image 1, then image 2, ... in order)" if needed > 1 else f"image {numbers[0]}"
+        raise ToolCallError(
+            "missing_image", f"{tool.name} reads {reads}; this chat has {have}: image {missing[0]} is missing"
+        )
+    picked = [chat_images[k - 1] for k in numbers]
+    return picked[0], (picked if needed > 1 else None)
 
 
 def _artifact_image(inputs: ResolvedInputs) -> LoadedImage:

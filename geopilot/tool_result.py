@@ -10,7 +10,7 @@ from geopilot.tool_output import ToolOutput
 
 class ToolCallError(ValueError):
     """A call that cannot run: `kind` is one of unknown_tool, invalid_params, wrong_modality, invalid_reference,
-    repeated_call."""
+    repeated_call, missing_image (the chat has fewer images than the call reads)."""
 
     def __init__(self, kind: str, message: str):
         self.kind = kind

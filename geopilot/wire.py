@@ -44,11 +44,12 @@ def question_text(user: UserMessage) -> str:
 
 
 def user_text(user: UserMessage) -> str:
-    """A user turn as the model reads it: with an image, `<image>` first on its own line, then the question
-    (LLaVA's preprocessing moves the image to the front the same way); without one, the text as written."""
-    if IMAGE_PLACEHOLDER not in user.content:
+    """A user turn as the model reads it: with images, one `<image>` line per image first, in order, then the
+    question (LLaVA's preprocessing moves the images to the front the same way); without one, the text as written."""
+    count = user.content.count(IMAGE_PLACEHOLDER)
+    if not count:
         return user.content
-    return f"{IMAGE_PLACEHOLDER}\n{question_text(user)}"
+    return f"{IMAGE_PLACEHOLDER}\n" * count + question_text(user)
 
 
 def format_tool_turn(results: list[tuple[str, ToolOutput]], question: str, boxes: BoxCodec | None = None) -> str:

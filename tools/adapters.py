@@ -9,6 +9,9 @@ The other adapters see the image whole: `LoadedImage.scene()` (a GeoTIFF decimat
 - `RoadExtractorAdapter` wraps `.extract(PIL image) -> RoadGraph` (SAM-Road).
 - `CloudRemovalAdapter` wraps `.restore(PIL image) -> CloudRemoval` (SpA-GAN) and writes the restored image
   as an artefact file (a GeoTIFF with the input's CRS and footprint when the input was georeferenced).
+- `ChangeDetectorAdapter` wraps `.detect(before, after) -> (H, W) bool` (BIT) for the two-image `detect_changes`:
+  the output is `geopilot.tools.change_output`'s, with two artefacts (the after image with its unchanged pixels
+  black, which a chain's `"image": "result:N"` counts or segments in, and the mask as a 0/255 PNG).
 Each adapter has a typed options model, filled from `options:` in `configs/tools.yaml`.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import numpy as np
 from PIL import Image
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -112,6 +116,10 @@ class SpaGanOptions(StrictConfig):
     tile_size: int = Field(1024, ge=0)  # larger images run in tiles (same result, bounded memory); 0 = never
 
 
+class BitCdOptions(StrictConfig):
+    precision: precision_setting("bit_cd") = "fp32"  # upstream's; fp16 refused: geopilot.tools.precision
+
+
 class DenoDetOptions(StrictConfig):
     """The DenoDet model's own options (`DenoDet.from_weights`); `options.model` of a `denodet` binding."""
 
@@ -179,6 +187,12 @@ class Segments(Protocol):
 
 class Restores(Protocol):
     def restore(self, image: Image.Image): ...  # -> geopilot.tools.spa_gan.CloudRemoval
+
+
+class DetectsChanges(Protocol):
+    change_class: str  # what the model's "changed" means, e.g. "building" (LEVIR-CD)
+
+    def detect(self, before: Image.Image, after: Image.Image) -> np.ndarray: ...  # (H, W) bool, True = changed
 
 
 class ExtractsRoads(Protocol):
@@ -315,6 +329,37 @@ class CloudRemovalAdapter:
             artifacts=[Artifact(kind="image", path=str(path))],
             message=f"cloud-free image restored ({width}x{height})",
         )
+
+
+class ChangeDetectorAdapter:
+    def __init__(self, detector: DetectsChanges, artifacts_dir: str | Path):
+        self.detector, self.artifacts_dir = detector, Path(artifacts_dir)
+
+    def run(self, tool: str, image: LoadedImage, params: BaseModel, images: list[LoadedImage]) -> ToolOutput:
+        from geopilot.tools.annotations import class_key
+        from geopilot.tools.change_output import change_output
+
+        if tool != "detect_changes":
+            raise _unsupported(self, tool)
+        known = self.detector.change_class
+        unknown = [c for c in params.classes or [] if class_key(c) != class_key(known)]
+        if unknown:
+            raise GeoPilotInputError(f"the change model detects {known} change only; it cannot look for {unknown}")
+        before, after = (each.scene() for each in images)
+        changed = self.detector.detect(before, after)
+        kept = np.asarray(after.convert("RGB")).copy()
+        kept[~changed] = 0
+        regions = publish_artifact(
+            self.artifacts_dir, "detect_changes", ".png", lambda to: Image.fromarray(kept).save(to, "PNG")
+        )
+        mask = publish_artifact(
+            self.artifacts_dir,
+            "detect_changes_mask",
+            ".png",
+            lambda to: Image.fromarray(changed.astype(np.uint8) * 255).save(to, "PNG"),
+        )
+        artifacts = [Artifact(kind="image", path=str(regions)), Artifact(kind="mask", path=str(mask))]
+        return change_output(changed, label=known, artifacts=artifacts)
 
 
 class RoadExtractorAdapter:

@@ -16,7 +16,9 @@ segment_referring -> the objects of the referring expression equal to the query 
 segment_* add COCO RLE masks (the annotated mask, else the filled polygon, else the box) and area fractions;
 segment_semantic -> per class area + RLE from the mask file (classes matched through the vocabulary too:
 "cropland" finds OpenEarthMap's "agricultural land"); extract_roads -> the road graph; remove_clouds ->
-the paired cloud-free image as an artefact.
+the paired cloud-free image as an artefact; detect_changes -> the pair's change label (`record.change_mask`, image 2
+`record.after_image`) through `geopilot.tools.change_output`, with the model's artefacts (the after image with its
+unchanged pixels black, written to this process's artefact folder, and the label file as the mask).
 
 Chains (docs/chains.md): the restored image of a cloudy scene is its clean original, whose geometry the record's
 annotations describe, so a call on `"image": "result:N"` (that artefact, resolved by the registry) answers from the
@@ -31,6 +33,7 @@ import numpy as np
 from PIL import Image
 from pydantic import BaseModel, ValidationError
 
+from geopilot.artifacts import private_artifacts_dir, publish_artifact
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.loaded_image import LoadedImage
 from geopilot.records import AnnotationRecord, ObjectAnnotation
@@ -49,6 +52,8 @@ from geopilot.tools.task_tools import TASKS_BY_NAME
 from geopilot.vocabulary import canonical_class, is_known_class, normalise
 
 PROVENANCE = "annotations"
+# What a changed region of a source is: LEVIR-CD labels building change, as BIT (trained on it) reports it.
+CHANGE_CLASSES = {"LEVIR-CD": "building"}
 
 
 class AnnotationMissingError(GeoPilotInputError):
@@ -91,7 +96,7 @@ class AnnotationBackend:
                 raise GeoPilotInputError(f"invalid params for {tool!r}: {problem}") from None
         return self.run(tool, None, params)
 
-    def run(self, tool: str, image: LoadedImage | None, params: BaseModel) -> ToolOutput:
+    def run(self, tool: str, image: LoadedImage | None, params: BaseModel, **images: list[LoadedImage]) -> ToolOutput:
         handlers = {
             "detect_objects": lambda: self._detections(self._by_category(params.categories)),
             "detect_all": lambda: self._detections(range(len(self.record.objects))),
@@ -103,6 +108,7 @@ class AnnotationBackend:
             "remove_clouds": self._cloud_free,
             "sar_detect_all": lambda: self._detections(range(len(self.record.objects))),
             "sar_ground": lambda: self._referred(params.expression, with_masks=False),
+            "detect_changes": lambda: self._changes(params.classes),
         }
         if tool not in handlers:
             raise GeoPilotInputError(f"the annotation backend has no rule for tool {tool!r}")
@@ -143,21 +149,26 @@ class AnnotationBackend:
         candidate = Path(path)
         return candidate if candidate.is_absolute() or self.root is None else self.root / candidate
 
-    def _semantic(self, classes: list[str]) -> ToolOutput:
-        semantic = self.record.semantic
-        if semantic is None:
-            raise AnnotationMissingError(f"record {self.record.record_id!r} has no semantic mask for segment_semantic")
-        path = self._path(semantic.mask_path)
+    def _label_map(self, mask_path: str, what: str) -> tuple[Path, np.ndarray]:
+        """A label image of the record's size (AnnotationMissingError naming it otherwise)."""
+        path = self._path(mask_path)
         try:
             with Image.open(path) as handle:
                 if handle.size != (self.record.width, self.record.height):  # from the header, before decoding
                     size = f"{handle.width}x{handle.height}"
                     raise AnnotationMissingError(
-                        f"semantic mask {path} is {size}, its image {self.record.width}x{self.record.height}"
+                        f"{what} {path} is {size}, its image {self.record.width}x{self.record.height}"
                     )
                 labels = np.asarray(handle)
         except OSError as err:
-            raise AnnotationMissingError(f"semantic mask {path} cannot be read: {err}") from None
+            raise AnnotationMissingError(f"{what} {path} cannot be read: {err}") from None
+        return path, labels
+
+    def _semantic(self, classes: list[str]) -> ToolOutput:
+        semantic = self.record.semantic
+        if semantic is None:
+            raise AnnotationMissingError(f"record {self.record.record_id!r} has no semantic mask for segment_semantic")
+        path, labels = self._label_map(semantic.mask_path, "semantic mask")
         if labels.ndim != 2:
             raise AnnotationMissingError(f"semantic mask {path} must be single-channel, got shape {labels.shape}")
         values_by_name: dict[str, list[int]] = {}
@@ -172,6 +183,26 @@ class AnnotationBackend:
             segments.append(segment_class(name, np.isin(labels, values)))
         message = f"classes not in this dataset's annotations: {', '.join(unknown)}" if unknown else None
         return ToolOutput(provenance=PROVENANCE, segments=segments, message=message)
+
+    def _changes(self, classes: list[str] | None) -> ToolOutput:
+        from geopilot.tools.change_output import change_output, label_mask
+
+        record = self.record
+        if record.change_mask is None or record.after_image is None:
+            raise AnnotationMissingError(f"record {record.record_id!r} has no change label for detect_changes")
+        path, labels = self._label_map(record.change_mask, "change label")
+        label = CHANGE_CLASSES.get(record.source, "change")
+        if classes and class_key(label) not in {class_key(c) for c in classes}:
+            return ToolOutput(provenance=PROVENANCE, message=f"the annotations label {label} change only")
+        changed = label_mask(labels)
+        with Image.open(self._path(record.after_image)) as after:
+            kept = np.asarray(after.convert("RGB")).copy()
+        kept[~changed] = 0
+        regions = publish_artifact(
+            private_artifacts_dir(), "detect_changes", ".png", lambda to: Image.fromarray(kept).save(to, "PNG")
+        )
+        artifacts = [Artifact(kind="image", path=str(regions)), Artifact(kind="mask", path=str(path.resolve()))]
+        return change_output(changed, label=label, artifacts=artifacts, provenance=PROVENANCE)
 
     def _roads(self) -> ToolOutput:
         roads = self.record.roads

@@ -6,6 +6,7 @@
         # on a georeferenced GeoTIFF also out/output.geojson (RFC 7946, WGS 84), out/output.gpkg (native CRS) and,
         # for segment_semantic, out/classes.tif (class ids, COG); geopilot.tools.geo_files
     geopilot tools run detect_objects --image scene.tif --params '{"categories": ["ship"]}' --json device=cpu
+    geopilot tools run detect_changes --image before.png --image after.png --out out/   # a two-image tool: in order
     (both take --config configs/tools.yaml and key=value overrides, as every command does: device=cpu
      tools.remove_clouds.options.variant=RICE2)
 
@@ -45,7 +46,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     _add_common_arguments(parser)
     parser.add_argument("tool", help="task-level tool name, e.g. detect_objects")
     add_override_arguments(parser, "device=cpu tools.remove_clouds.options.variant=RICE2")
-    parser.add_argument("--image", default=None, help="image file (PNG/JPEG/TIFF/GeoTIFF); not with --catalog")
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=None,
+        help="image file (PNG/JPEG/TIFF/GeoTIFF); repeat for a tool that reads several (before, after, in order, "
+        "one size); not with --catalog",
+    )
     parser.add_argument(
         "--params", default="{}", help='tool parameters as a JSON object, e.g. \'{"categories": ["ship"]}\''
     )
@@ -89,7 +96,7 @@ def list_tools(args: argparse.Namespace) -> int:
 
 
 def run_tool(args: argparse.Namespace) -> int:
-    from geopilot.image import load_image
+    from geopilot.image import check_same_size, load_image
     from geopilot.sample import Action
     from geopilot.tool_output import llm_view
     from geopilot.tool_result import ToolCallError
@@ -97,7 +104,7 @@ def run_tool(args: argparse.Namespace) -> int:
 
     params = parse_json_object(args.params, "--params")
     if args.out and args.image:
-        clash = next((name for name in WRITTEN if overwrites_input(Path(args.out) / name, [args.image])), None)
+        clash = next((name for name in WRITTEN if overwrites_input(Path(args.out) / name, args.image)), None)
         if clash is not None:
             raise GeoPilotInputError(
                 f"--out {echo(str(args.out))} would write {clash} over the --image: choose another"
@@ -109,7 +116,7 @@ def run_tool(args: argparse.Namespace) -> int:
         if args.image:
             raise GeoPilotInputError("--image and --catalog do not go together: indicator tools read no image")
         registry = build_indicator_registry(args.catalog, args.out)
-        image = None
+        image, images = None, None
         try:
             registry.validate(action)
         except ToolCallError as err:
@@ -125,11 +132,15 @@ def run_tool(args: argparse.Namespace) -> int:
             tool, _ = registry.validate(action)
         except ToolCallError as err:
             raise GeoPilotInputError(str(err)) from None
-        image = load_image(args.image, max_pixels=config.max_pixels, bands=args.bands or config.bands)
-        for note in image.notes:  # said once: a guessed band choice, no CRS, a CRS that cannot be reprojected
+        images = [
+            load_image(path, max_pixels=config.max_pixels, bands=args.bands or config.bands) for path in args.image
+        ]
+        check_same_size(images)
+        for note in dict.fromkeys(n for image in images for n in image.notes):  # said once: bands, CRS, ...
             print(f"geopilot tools run: {note}", file=sys.stderr)
         tool.prepare()  # missing weights or an unavailable backend: exit 2 before anything runs
-    result = registry.call(action, image)
+        image = images[0]
+    result = registry.call(action, image, images=images)
     report = {
         "tool": result.tool,
         "params": result.params,
@@ -167,7 +178,7 @@ def run_tool(args: argparse.Namespace) -> int:
             print(f"geo: {written['path']} ({written['features']} {what})")
     if not result.ok:
         print(f"geopilot tools run: error: {result.error}", file=sys.stderr)
-        return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality") else 1
+        return 2 if result.error_kind in ("unknown_tool", "invalid_params", "wrong_modality", "missing_image") else 1
     return 0
 
 

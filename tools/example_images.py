@@ -3,8 +3,9 @@
 `configs/tools_examples.yaml` binds all ten tools to the `annotations` backend, so the tool loop runs on a fresh
 machine without any specialist weights. The annotations are one COCO JSON file (`examples/images/annotations.json`,
 the format `examples/images/README.md` describes): COCO objects (`bbox`, polygon `segmentation`), RefCOCO-style `refs`
-for referring expressions, and per image an optional land-cover label PNG, a GeoJSON road file (pixel coordinates)
-and a cloud-free pair. An image is recognised by its pixels (the same picture from a path, upload or artefact), so
+for referring expressions, and per image an optional land-cover label PNG, a GeoJSON road file (pixel coordinates),
+a cloud-free pair and an after image with its change label (detect_changes, whose image 1 is the entry's own
+picture and whose image 2 must be the annotated after image). An image is recognised by its pixels (the same picture from a path, upload or artefact), so
 `geopilot chat`, `serve`, `tools run` and MCP all find it; any other image gets the tool error "no annotations for
 this image". Every output says `provenance: "annotations"` (`geopilot.tools.annotations.AnnotationBackend`).
 """
@@ -147,6 +148,11 @@ def _record(image: dict, root: Path, land_cover: dict[int, str]) -> AnnotationRe
         record.roads = _road_graph(root / image["roads"], width, height)
     if image.get("cloud_free"):
         record.cloud_free_image = str(root / image["cloud_free"])
+    if image.get("after_image") or image.get("change_mask"):
+        if not (image.get("after_image") and image.get("change_mask")):
+            raise ValueError("after_image and change_mask go together (the pair's image 2 and its change label)")
+        record.after_image = str(root / image["after_image"])
+        record.change_mask = str(root / image["change_mask"])
     return record
 
 
@@ -264,8 +270,14 @@ class ExampleAnnotationsBackend:
     def __init__(self, examples: ExampleSet):
         self.examples = examples
 
-    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
+    def run(self, tool: str, image: LoadedImage, params: BaseModel, **images: list[LoadedImage]) -> ToolOutput:
         record = self.examples.record_for(image)
+        several = images.get("images") or []
+        if len(several) > 1 and record.after_image is not None:
+            if pixel_digest(several[1]) != pixel_digest(_load(record.after_image)):
+                raise GeoPilotInputError(
+                    f"image 2 is not the after image annotated for {record.record_id} ({Path(record.after_image).name})"
+                )
         try:
             return AnnotationBackend(record).run(tool, image, params)
         except AnnotationMissingError:  # the annotations hold none of this kind: the truthful answer is "none"

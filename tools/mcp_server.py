@@ -4,7 +4,8 @@
     geopilot mcp --transport http --host 127.0.0.1 --port 8765     # streamable HTTP at http://HOST:PORT/mcp
     geopilot mcp --transport stdio device=cpu             # key=value overrides of configs/tools.yaml
 
-Each MCP tool takes the registry tool's parameters plus `image`: the image bytes in base64 (plain, or as a
+Each MCP tool takes the registry tool's parameters plus `image` (a several-image tool, detect_changes: `images`, a
+list of them in order): the image bytes in base64 (plain, or as a
 `data:image/...;base64,` URI), or a path to a file under one of the `image_roots` of the tools config (none by
 default: then only inline bytes are accepted). URLs are refused: the server never fetches anything. What a caller
 may read is `geopilot.image_access.ImageAccessPolicy`; its refusals never say whether a path exists. Parameters are
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from typing import Any
 
 import anyio
@@ -34,7 +36,7 @@ from geopilot.errors import GeoPilotInputError
 from geopilot.image_access import ARGUMENT, ImageAccessPolicy
 from geopilot.network import API_KEY_ENV, BrowserGate, RequireApiKey, answered_host_names, server_api_key
 from geopilot.sample import Action
-from geopilot.tool_protocol import ToolRegistry
+from geopilot.tool_protocol import ToolRegistry, image_count
 from geopilot.tool_result import ToolCallError
 
 SERVER_NAME = "geopilot-tools"
@@ -48,13 +50,21 @@ IMAGE_SCHEMA = {
 }
 
 
-def input_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
+IMAGES_ARGUMENT = "images"  # a several-image tool's images, in order (in a chat: 'input:K' names; here the images)
+
+
+def input_schema(params_schema: dict[str, Any], image_count: int = 1) -> dict[str, Any]:
     """A registry tool's params schema with its `image` as the required MCP image argument (in a chat the param
-    may be a `result:N` reference, which no stand-alone MCP call has)."""
+    may be a `result:N` reference, which no stand-alone MCP call has); a tool that reads several images takes
+    `images`, exactly `image_count` of them in order (detect_changes: before, after)."""
     schema = dict(params_schema)
-    params = {k: v for k, v in schema.get("properties", {}).items() if k != IMAGE_ARGUMENT}
-    schema["properties"] = {IMAGE_ARGUMENT: IMAGE_SCHEMA, **params}
-    schema["required"] = [IMAGE_ARGUMENT, *(r for r in schema.get("required", []) if r != IMAGE_ARGUMENT)]
+    name = IMAGE_ARGUMENT if image_count == 1 else IMAGES_ARGUMENT
+    argument = IMAGE_SCHEMA
+    if image_count > 1:
+        argument = {"type": "array", "items": IMAGE_SCHEMA, "minItems": image_count, "maxItems": image_count}
+    params = {k: v for k, v in schema.get("properties", {}).items() if k not in (IMAGE_ARGUMENT, IMAGES_ARGUMENT)}
+    schema["properties"] = {name: argument, **params}
+    schema["required"] = [name, *(r for r in schema.get("required", []) if r not in (IMAGE_ARGUMENT, name))]
     return schema
 
 
@@ -75,7 +85,11 @@ def build_server(registry: ToolRegistry, max_pixels: int, access: ImageAccessPol
                     name=s["name"],
                     description=s["description"],
                     # image-free tools (modality None, e.g. indicator rasters) take their params alone
-                    input_schema=input_schema(s["input_schema"]) if s["modality"] is not None else s["input_schema"],
+                    input_schema=(
+                        input_schema(s["input_schema"], image_count(registry.get(s["name"])))
+                        if s["modality"] is not None
+                        else s["input_schema"]
+                    ),
                 )
                 for s in registry.schemas()
             ]
@@ -83,17 +97,24 @@ def build_server(registry: ToolRegistry, max_pixels: int, access: ImageAccessPol
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
-        image_value = arguments.pop(IMAGE_ARGUMENT, None)
+        several = params.name in registry and image_count(registry.get(params.name)) > 1
+        image_value = arguments.pop(IMAGES_ARGUMENT if several else IMAGE_ARGUMENT, None)
         action = Action(tool=params.name, params=arguments)
         try:
             tool, _ = registry.validate(action)  # params errors first, even without an image
+            images = None
             if tool.modality is None:
                 image = None
+            elif several:
+                if not isinstance(image_value, list) or not image_value:
+                    raise GeoPilotInputError(f"{tool.name} takes `images`: a list of images in order (before, after)")
+                images = [await anyio.to_thread.run_sync(access.load, value, max_pixels) for value in image_value]
+                image = images[0]
             else:
                 image = await anyio.to_thread.run_sync(access.load, image_value, max_pixels)
         except (ToolCallError, GeoPilotInputError) as err:
             return _error(str(err))
-        result = await anyio.to_thread.run_sync(registry.call, action, image)
+        result = await anyio.to_thread.run_sync(partial(registry.call, action, image, images=images))
         if not result.ok:
             return _error(str(result.error))
         output = result.output.model_dump(mode="json")

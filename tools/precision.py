@@ -54,6 +54,9 @@ PRECISIONS: dict[str, BackendPrecision] = {
         fp32_parts=("map_decoder",),  # score maps before NMS
     ),
     "spa_gan": BackendPrecision("fp32", "fp32", True, "fp16 moved restored pixels by at most 1 of 255"),
+    "bit_cd": BackendPrecision(
+        "fp32", "fp32", False, "the mask is an argmax of two logits; fp16 is not yet shown to give fp32's masks"
+    ),
 }
 
 

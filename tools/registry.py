@@ -1,4 +1,4 @@
-"""The task-level tool registry: `configs/tools.yaml` -> a `geopilot.tool_protocol.ToolRegistry` of the ten tools.
+"""The task-level tool registry: `configs/tools.yaml` -> a `geopilot.tool_protocol.ToolRegistry` of the task tools.
 
     registry = build_registry()                                  # configs/tools.yaml, weights loaded on first call
     registry = build_registry(overrides=["device=cpu", "tools.remove_clouds.options.variant=RICE2"])
@@ -30,6 +30,8 @@ from geopilot.image import DEFAULT_MAX_PIXELS
 from geopilot.records import AnnotationRecord
 from geopilot.tool_protocol import ToolRegistry
 from geopilot.tools.adapters import (
+    BitCdOptions,
+    ChangeDetectorAdapter,
     CloudRemovalAdapter,
     DetectorAdapter,
     DetectorOptions,
@@ -44,7 +46,7 @@ from geopilot.tools.adapters import (
     SpaGanOptions,
 )
 from geopilot.tools.task_tools import TASKS, TASKS_BY_NAME, Backend, LazyBackend, LazyModel, TaskTool
-from geopilot.tools.weight_files import SPA_GAN_CHECKPOINT
+from geopilot.tools.weight_files import BIT_CD_CHECKPOINT, SPA_GAN_CHECKPOINT
 from geopilot.tools.weights import pick_device, resolve_weights
 
 DEFAULT_TIMEOUT_S = 120.0  # per tool call
@@ -148,6 +150,12 @@ def _load_spa_gan(weights: Path, device: str, options: SpaGanOptions):
     return SpaGan.from_weights(weights, device=device, precision=options.precision, tile_size=options.tile_size)
 
 
+def _load_bit_cd(weights: Path, device: str, options: BitCdOptions):
+    from geopilot.tools.bit_cd import BitCd
+
+    return BitCd.from_weights(weights, device=device, precision=options.precision)
+
+
 def _load_remotesam(weights: Path, device: str, options: RemoteSamOptions):
     from geopilot.tools.remotesam import RemoteSam
 
@@ -209,6 +217,14 @@ BACKENDS: dict[str, BackendSpec] = {
         adapt=lambda model, options, artifacts_dir: CloudRemovalAdapter(model, artifacts_dir),
         load_key=lambda options: f"{options.variant}/{options.precision}/{options.tile_size}",
         weights_file=lambda options: f"{options.variant}/{SPA_GAN_CHECKPOINT}",
+    ),
+    "bit_cd": BackendSpec(
+        tasks=frozenset({"detect_changes"}),
+        options_model=BitCdOptions,
+        load=_load_bit_cd,
+        adapt=lambda model, options, artifacts_dir: ChangeDetectorAdapter(model, artifacts_dir),
+        load_key=lambda options: options.precision,
+        weights_file=lambda options: BIT_CD_CHECKPOINT,
     ),
     "remotesam": BackendSpec(
         tasks=frozenset({"ground", "segment_instances", "segment_referring", "segment_semantic"}),

@@ -1,4 +1,4 @@
-"""The ten task-level tools the model emits (docs/design.md §4): input models, descriptions, and the Tool that runs them.
+"""The task-level tools the model emits (docs/design.md §4): input models, descriptions, and the Tool that runs them.
 
 A `TaskTool` is a `geopilot.tool_protocol.Tool`: it checks the image size, asks its backend (loaded on first use)
 for the canonical output, and adds RFC 7946 GeoJSON (WGS 84) when the image is georeferenced (`geopilot.tools.geo`). Which backend
@@ -23,7 +23,14 @@ from geopilot.cancellation import check_cancelled
 from geopilot.errors import ImageInputError
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import Modality
-from geopilot.tool_chains import REFERENCE_HELP, REFERENCE_SCHEMA, check_reference
+from geopilot.tool_chains import (
+    IMAGE_REFERENCE_SCHEMA,
+    REFERENCE_HELP,
+    REFERENCE_SCHEMA,
+    InputImages,
+    check_image_reference,
+    check_reference,
+)
 from geopilot.tool_output import Detection, ToolOutput
 from geopilot.tools.geo import to_geojson
 
@@ -54,12 +61,15 @@ Threshold = Annotated[
 
 
 Reference = Annotated[Annotated[str, WithJsonSchema(REFERENCE_SCHEMA)] | None, AfterValidator(check_reference)]
+ImageReference = Annotated[
+    Annotated[str, WithJsonSchema(IMAGE_REFERENCE_SCHEMA)] | None, AfterValidator(check_image_reference)
+]
 
 
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    image: Reference = Field(default=None, description=REFERENCE_HELP["image"], examples=["result:1"])
+    image: ImageReference = Field(default=None, description=REFERENCE_HELP["image"], examples=["result:1", "input:2"])
 
 
 class DetectObjectsParams(_Params):
@@ -103,15 +113,27 @@ class SarGroundParams(_Params):
     expression: Expression = Field(description="a referring expression for an object in the SAR image")
 
 
+class DetectChangesParams(BaseModel):
+    """Two images by position (the chat's images 1 and 2: before, after, unless `images` names others)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    images: InputImages
+    classes: Annotated[Names | None, Field(description="change classes to keep, e.g. ['building']; omit for all")] = (
+        None
+    )
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
     description: str
     modality: Modality
     params_model: type[BaseModel]
+    image_count: int = 1  # how many of the chat's images the tool reads, in order (geopilot.tool_protocol)
 
 
-# The ten task-level tools, in docs/design.md §4 order. Names and params are what the model is trained to emit.
+# The task-level tools, in docs/design.md §4 order. Names and params are what the model is trained to emit.
 TASKS: list[TaskSpec] = [
     TaskSpec(
         "detect_objects",
@@ -167,11 +189,20 @@ TASKS: list[TaskSpec] = [
         "sar",
         SarGroundParams,
     ),
+    TaskSpec(
+        "detect_changes",
+        "Compare a before and an after image of the same place; returns the change mask, the changed fraction and "
+        "the changed regions with boxes.",
+        "optical",
+        DetectChangesParams,
+        image_count=2,
+    ),
 ]
 TASKS_BY_NAME: dict[str, TaskSpec] = {spec.name: spec for spec in TASKS}
 
 
 class Backend(Protocol):
+    # A backend of a several-image tool (TaskSpec.image_count > 1) is also given `images=[LoadedImage, ...]`.
     def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput: ...
 
 
@@ -213,8 +244,8 @@ class LazyBackend:
                 self._backend = self._adapt(model)
             return self._backend
 
-    def run(self, tool: str, image: LoadedImage, params: BaseModel) -> ToolOutput:
-        return self.get().run(tool, image, params)
+    def run(self, tool: str, image: LoadedImage, params: BaseModel, **images: list[LoadedImage]) -> ToolOutput:
+        return self.get().run(tool, image, params, **images)
 
 
 class TaskTool:
@@ -224,6 +255,7 @@ class TaskTool:
         self.spec, self.isolation = spec, isolation  # isolation: how ToolRegistry.call stops it on timeout
         self.name, self.description = spec.name, spec.description
         self.modality, self.params_model = spec.modality, spec.params_model
+        self.image_count = spec.image_count
         self.backend, self.backend_name, self.max_pixels = backend, backend_name, max_pixels
 
     def prepare(self) -> None:
@@ -231,19 +263,44 @@ class TaskTool:
         if isinstance(self.backend, LazyBackend):
             self.backend.get()
 
-    def run(self, image: LoadedImage, params: BaseModel, objects: list[Detection] | None = None) -> ToolOutput:
-        width, height = image.scene_size
-        if width * height > self.max_pixels:
-            raise ImageInputError(
-                f"image of {width}x{height} = {width * height:,} pixels exceeds the tools limit of {self.max_pixels:,}"
-            )
+    def run(
+        self,
+        image: LoadedImage,
+        params: BaseModel,
+        objects: list[Detection] | None = None,
+        images: list[LoadedImage] | None = None,
+    ) -> ToolOutput:
+        several = self._images(image, images)
+        for each in several or [image]:
+            width, height = each.scene_size
+            if width * height > self.max_pixels:
+                raise ImageInputError(
+                    f"image of {width}x{height} = {width * height:,} pixels exceeds the tools limit of "
+                    f"{self.max_pixels:,}"
+                )
         check_cancelled()  # timed out while waiting for the model to load
-        output = self.backend.run(self.name, image, params)
+        output = self.backend.run(self.name, image, params, **({"images": several} if several else {}))
         if image.georef is not None and (output.detections or output.roads is not None):
             output = output.model_copy(update={"geojson": to_geojson(output, image.georef, self.name)})
         if objects is not None:
             output = output.model_copy(update={"data": objects_in_regions(output, objects, params.objects)})
         return output
+
+    def _images(self, image: LoadedImage, images: list[LoadedImage] | None) -> list[LoadedImage] | None:
+        """A several-image tool's images (the registry passes exactly `image_count`; a direct caller may not):
+        ImageInputError naming the missing one, or a pair of different sizes (`geopilot.image.check_same_size`)."""
+        from geopilot.image import check_same_size
+
+        if self.image_count == 1:
+            return None
+        given = list(images) if images else [image]
+        if len(given) < self.image_count:
+            raise ImageInputError(
+                f"{self.name} reads {self.image_count} images (image 1 before, image 2 after); got {len(given)}: "
+                f"image {len(given) + 1} is missing"
+            )
+        check_same_size(given)
+        return given[: self.image_count]
 
 
 def objects_in_regions(output: ToolOutput, objects: list[Detection], reference: str) -> dict:

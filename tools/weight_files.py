@@ -27,6 +27,7 @@ LAE_DINO_CHECKPOINT = "lae_dino_swint_lae1m-28ca3a15.pth"
 SEGEARTH_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 REMOTESAM_CHECKPOINT = "checkpoint.pth"
 SPA_GAN_CHECKPOINT = "gen_model_epoch_200.pth"  # upstream's file in pretrained_models/RICE1|RICE2/
+BIT_CD_CHECKPOINT = "BIT_LEVIR/best_ckpt.pt"  # upstream's checkpoints/BIT_LEVIR/best_ckpt.pt (its README's download)
 SAFETENSORS_MAX_HEADER = 100_000_000  # the format's own limit
 HOLDS_SHOWN = 6  # names a "missing" message lists of what the folder holds instead
 
@@ -70,6 +71,8 @@ def required_files(backend: str, options) -> list[Need]:
     if backend == "spa_gan":
         name = f"{options.variant}/{SPA_GAN_CHECKPOINT}"
         return [Need(f"generator ({name})", (name,), checkpoint=True)]
+    if backend == "bit_cd":
+        return [Need(f"BIT LEVIR-CD checkpoint ({BIT_CD_CHECKPOINT})", (BIT_CD_CHECKPOINT,), checkpoint=True)]
     raise KeyError(f"no file list for backend {backend!r}")
 
 

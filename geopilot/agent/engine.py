@@ -142,9 +142,12 @@ class LocalEngine:
         groups: list[tuple[LocalSession, list[int]]] = []
         if fresh:
             started = time.perf_counter()
-            images = self.family.image_inputs(self.processor, [requests[i].image.image for i in fresh])
+            pictures = [image.image for i in fresh for image in requests[i].images]  # each row's, in order
+            images = self.family.image_inputs(self.processor, pictures)
             preprocess_seconds = time.perf_counter() - started
             pixels = images.pop("pixel_values")
+            if len(pictures) > len(fresh):  # several images in a row: the session splits them per row
+                images["image_counts"] = [len(requests[i].images) for i in fresh]
             session = self.session_factory([requests[i].prompt for i in fresh], pixels, options, **images)
             groups.append((LocalSession(session, self, preprocess_seconds, [requests[i] for i in fresh]), fresh))
         if not resumed:

@@ -110,9 +110,9 @@ class HttpSession:
         self.engine, self.options, self.deadline = engine, options, deadline
         self.conversations = []
         for request in requests:
-            url = _png_data_url(request.image)
+            urls = [_png_data_url(image) for image in request.images]  # in order: one per image part
             messages = engine.family.hf_messages(request.messages, request.system, request.boxes)
-            self.conversations.append([_with_image_url(m, url) for m in messages])
+            self.conversations.append([_with_image_urls(m, urls) for m in messages])
         self.last: list[Turn | None] = [None] * len(requests)  # each row's previous turn (text, prompt tokens)
         self.last_prompt = [0] * len(requests)
 
@@ -257,11 +257,13 @@ def _png_data_url(image: LoadedImage) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def _with_image_url(message: dict, url: str) -> dict:
-    """The template's `{"type": "image"}` part -> the OpenAI `image_url` part carrying the image."""
+def _with_image_urls(message: dict, urls: list[str]) -> dict:
+    """The template's `{"type": "image"}` parts -> the OpenAI `image_url` parts carrying the images, in order."""
     if message["role"] != "user" or isinstance(message["content"], str):
         return message
+    given = iter(urls)
     parts = [
-        {"type": "image_url", "image_url": {"url": url}} if p["type"] == "image" else p for p in message["content"]
+        {"type": "image_url", "image_url": {"url": next(given)}} if p["type"] == "image" else p
+        for p in message["content"]
     ]
     return {**message, "content": parts}

@@ -168,7 +168,8 @@ class AgentLoop:
         if self.deadline is not None:  # never past the chat's deadline (0 left: the call is reported, not run)
             timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
         try:
-            result = self.registry.call(action, self.request.image, self.request.gate, timeout, self.calls)
+            several = {"images": self.request.images} if len(self.request.images) > 1 else {}  # any registry: one
+            result = self.registry.call(action, self.request.image, self.request.gate, timeout, self.calls, **several)
         except Exception as err:  # noqa: BLE001 - ToolRegistry.call captures failures; this guards other registries
             result = ToolResult(
                 action.tool, dict(action.params), error=f"{type(err).__name__}: {err}", error_kind="tool_error"

@@ -26,6 +26,7 @@ from geopilot.agent.engine import Engine, LocalEngine, SessionFactory, TurnDeadl
 from geopilot.agent.loop import AgentLoop, take_all
 from geopilot.agent.prefix_cache import PrefixCache
 from geopilot.agent.requests import (
+    DEFAULT_MAX_IMAGES,
     DEFAULT_MAX_TOOL_CALLS,
     ChatRequest,
     PreparedRequest,
@@ -68,6 +69,7 @@ class GeoPilot:
         chat_timeout_s: float | None = DEFAULT_CHAT_TIMEOUT_S,
         prefix_cache: PrefixCache | None = None,
         constrain_plans: bool = True,
+        max_images: int = DEFAULT_MAX_IMAGES,
     ):
         if (engine is None) == (model is None):
             raise GeoPilotInputError("GeoPilot needs a model and processor, or an engine (one of the two)")
@@ -76,6 +78,9 @@ class GeoPilot:
                 raise GeoPilotInputError(f"{name} must be a number of seconds > 0 (or None), got {value!r}")
         if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
             raise GeoPilotInputError(f"max_tool_calls must be a whole number >= 1, got {max_tool_calls!r}")
+        if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
+            raise GeoPilotInputError(f"max_images must be a whole number >= 1, got {max_images!r}")
+        self.max_images = max_images
         self.engine = engine if engine is not None else LocalEngine(model, processor, session_factory, prefix_cache)
         self.model, self.processor = model, processor
         self.tokenizer = getattr(self.engine, "tokenizer", None)
@@ -182,7 +187,8 @@ class GeoPilot:
         client_tools: ClientTools | None = None,
         bands: list[int] | None = None,
     ) -> ChatResult:
-        """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage); `stream` gets answer text as decoded.
+        """Answer `query` about `image` (path, bytes, PIL image, array or LoadedImage; or a list of them in order,
+        e.g. `[before, after]`, at most `max_images`, one size); `stream` gets answer text as decoded.
         `modality` ("optical" or "sar") gates tool calls when given; None infers it from the image without gating.
         `system` replaces the Vicuna system prompt; `client_tools`: plans with calls are returned, not run (and
         `query=None` answers from the tool results the history ends with). `bands` (1-based, e.g. [4, 3, 2]) picks
@@ -231,8 +237,8 @@ class GeoPilot:
     # -- the loop -----------------------------------------------------------------------------------------------------
 
     def _prepare(self, request: ChatRequest) -> PreparedRequest:
-        image, messages, load_seconds = checked_request(request, self.max_pixels)
-        prompt = self.engine.prompt_tokens(messages, request.system, image.image.size)
+        images, messages, load_seconds = checked_request(request, self.max_pixels, self.max_images)
+        prompt = self.engine.prompt_tokens(messages, request.system, images[0].image.size)
         limit = self.engine.context_length
         if limit is not None and len(prompt) >= limit:
             raise GeoPilotInputError(
@@ -242,7 +248,7 @@ class GeoPilot:
         question = question_text(last_question(messages))
         registry = self.tools if request.client_tools is not None else None
         return PreparedRequest(
-            image,
+            images,
             messages,
             question,
             prompt,
@@ -251,7 +257,7 @@ class GeoPilot:
             request.system,
             request.client_tools,
             registry,
-            self.engine.box_codec(image.image.size),  # the boxes in the model's convention for this image
+            self.engine.box_codec(images[0].image.size),  # the boxes in the model's convention for this image
         )
 
     def _run(
@@ -296,9 +302,10 @@ class GeoPilot:
                 else:
                     self._park(session, row, dialogues[row])
         for dialogue, request in zip(dialogues, prepared, strict=True):
-            image_tokens = getattr(self.engine, "image_tokens_of", lambda size: 0)(request.image.image.size)
+            per_image = getattr(self.engine, "image_tokens_of", lambda size: 0)(request.image.image.size)
+            image_tokens = per_image * len(request.images)
             dialogue.timings_and_tokens(session.encode_seconds, image_tokens, started)
-            dialogue.result.describe_image(request.image)
+            dialogue.result.describe_image(request.images)
         return [d.result for d in dialogues]
 
     def _check_plan_room(self, dialogues: list[AgentLoop], options: GenerationOptions) -> None:

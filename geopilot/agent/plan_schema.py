@@ -351,6 +351,9 @@ class PlanLogits:
         if not rows:
             return scores
         xgrammar.apply_token_bitmask_inplace(scores, self.mask.to(scores.device), indices=rows)
+        for row in rows:
+            if self.matchers[row].is_completed():  # a whole plan ends here, even before min_new_tokens
+                scores[row, self.grammars.eos] = 0.0
         if self.grammars.control:
             scores[torch.tensor(rows)[:, None], torch.tensor(self.grammars.control)[None, :]] = float("-inf")
         room = self.max_new_tokens - steps

@@ -12,9 +12,10 @@ from geopilot.agent.client_tools import ClientTools
 from geopilot.boxes import BoxCodec
 from geopilot.errors import GeoPilotInputError, describe_validation_error
 from geopilot.generation import GenerationOptions
-from geopilot.image import infer_modality, load_image
+from geopilot.image import check_same_size, infer_modality, load_image
 from geopilot.loaded_image import LoadedImage
 from geopilot.sample import (
+    DEFAULT_MAX_IMAGES,
     IMAGE_PLACEHOLDER,
     MESSAGE_ROLES,
     AssistantMessage,
@@ -33,7 +34,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    image: Any
+    image: Any  # one image, or a list of several in order (before, after)
     query: str | None  # None: answer from the tool results the history ends with (client-run tools)
     history: Any = None  # checked by _check_history, which says what is wrong
     modality: Modality | None = None  # None: inferred from the image, and tool calls are not gated by it
@@ -47,7 +48,7 @@ class PreparedRequest:
 
     def __init__(
         self,
-        image: LoadedImage,
+        images: list[LoadedImage],
         messages: list,
         question: str,
         prompt: list[int],
@@ -58,13 +59,14 @@ class PreparedRequest:
         registry=None,  # the tool registry: held to their param names, the plan's calls of known tools
         boxes: BoxCodec | None = None,  # the image's boxes in the model's convention (None: the trace's own)
     ):
-        self.image, self.messages, self.question = image, messages, question
+        self.images, self.messages, self.question = images, messages, question
+        self.image = images[0]  # the first: what one-image code (modality, prefix key, the result) reads
         self.prompt, self.load_seconds = prompt, load_seconds
         self.system, self.client_tools = system, client_tools
         self.constraint = None if client_tools is None else client_tools.constraint(registry)
         self.boxes = boxes
         self.gate = declared  # tool calls are checked against a declared modality only
-        self.modality = declared or infer_modality(image)
+        self.modality = declared or infer_modality(self.image)
 
 
 def checked_options(generation: GenerationOptions | dict | None) -> GenerationOptions:
@@ -86,10 +88,13 @@ def checked_rounds(max_rounds: int) -> int:
     return max_rounds
 
 
-def checked_request(request: ChatRequest, max_pixels: int) -> tuple[LoadedImage, list, float]:
-    """A request's image (loaded), its conversation so far ending with the query (the image placeholder on the
-    first user turn) or with the tool results to answer from, and the seconds loading took; bad input raises
-    GeoPilotInputError. Every engine (in-process, `GeoPilot.from_endpoint`) starts a chat here."""
+def checked_request(
+    request: ChatRequest, max_pixels: int, max_images: int = DEFAULT_MAX_IMAGES
+) -> tuple[list[LoadedImage], list, float]:
+    """A request's images (loaded, in order, one size), its conversation so far ending with the query (one image
+    placeholder per image on the first user turn) or with the tool results to answer from, and the seconds loading
+    took; bad input raises GeoPilotInputError. Every engine (in-process, `GeoPilot.from_endpoint`) starts a chat
+    here."""
     if request.query is not None:
         if not isinstance(request.query, str) or not request.query.strip():
             raise GeoPilotInputError("the query is empty; ask a question about the image")
@@ -99,22 +104,37 @@ def checked_request(request: ChatRequest, max_pixels: int) -> tuple[LoadedImage,
             )
     if request.system is not None and IMAGE_PLACEHOLDER in request.system:
         raise GeoPilotInputError(f"the system prompt must not contain {IMAGE_PLACEHOLDER!r}")
-    if request.image is None:
-        raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array")
+    sources = list(request.image) if isinstance(request.image, (list, tuple)) else [request.image]
+    if not sources or any(source is None for source in sources):
+        raise GeoPilotInputError("no image given; pass a path, bytes, a PIL image or an array (or a list of them)")
+    if len(sources) > max_images:
+        raise GeoPilotInputError(f"{len(sources)} images, over the limit of {max_images} per request")
     start = time.perf_counter()
-    if isinstance(request.image, LoadedImage):
-        image = request.image
-        if request.bands is not None and (image.bands is None or list(image.bands.bands) != list(request.bands)):
-            raise GeoPilotInputError("bands= apply when GeoPilot loads the image: use load_image(..., bands=) instead")
-    else:
-        image = load_image(request.image, max_pixels, bands=request.bands)
+    images = [
+        _loaded(source, number, len(sources), request.bands, max_pixels) for number, source in enumerate(sources, 1)
+    ]
+    check_same_size(images)
     load_seconds = time.perf_counter() - start
     if request.query is None:
-        return image, _check_history(request.history, pending_tools=True), load_seconds
-    messages = _check_history(request.history) + [UserMessage(content=request.query.strip())]
+        return images, _check_history(request.history, len(images), pending_tools=True), load_seconds
+    messages = _check_history(request.history, len(images)) + [UserMessage(content=request.query.strip())]
     if len(messages) == 1:
-        messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n{request.query.strip()}")
-    return image, messages, load_seconds
+        messages[0] = UserMessage(content=f"{IMAGE_PLACEHOLDER}\n" * len(images) + request.query.strip())
+    return images, messages, load_seconds
+
+
+def _loaded(source, number: int, count: int, bands: list[int] | None, max_pixels: int) -> LoadedImage:
+    """One of a request's images loaded (an error names which of several it is)."""
+    if isinstance(source, LoadedImage):
+        if bands is not None and (source.bands is None or list(source.bands.bands) != list(bands)):
+            raise GeoPilotInputError("bands= apply when GeoPilot loads the image: use load_image(..., bands=) instead")
+        return source
+    try:
+        return load_image(source, max_pixels, bands=bands)
+    except GeoPilotInputError as err:
+        if count == 1:
+            raise
+        raise type(err)(f"image {number}: {err}") from None
 
 
 def last_question(messages: list) -> UserMessage:
@@ -133,7 +153,7 @@ def to_chat_request(item: ChatRequest | dict, index: int | None = None) -> ChatR
         raise GeoPilotInputError(describe_validation_error(err, under=where)) from None
 
 
-def _check_history(history: list | None, pending_tools: bool = False) -> list:
+def _check_history(history: list | None, image_count: int = 1, pending_tools: bool = False) -> list:
     """A chat history in the sample format (as `ChatResult.messages` gives it), or a clear error saying what is
     wrong. `pending_tools`: it ends with the tool results of its last plan, which the next turn answers from."""
     if pending_tools and not history:
@@ -149,7 +169,7 @@ def _check_history(history: list | None, pending_tools: bool = False) -> list:
     if pending_tools and messages[-1].role != "tool":
         raise GeoPilotInputError("no query: pass one, or a history that ends with tool results to answer from")
     try:  # tool results still to be answered: checked as if the answer were there
-        check_dialogue(messages + ([AssistantMessage(value="")] if pending_tools else []), image_count=1)
+        check_dialogue(messages + ([AssistantMessage(value="")] if pending_tools else []), image_count=image_count)
     except ValueError as err:
         raise GeoPilotInputError(f"history: {str(err).replace('messages.', 'message ')}") from None
     return messages

@@ -84,11 +84,15 @@ class ChatResult(BaseModel):
     bands_reason: str | None = None  # why those: explicit, colour interpretation, band names, ...
     image_notes: list[str] = []  # said once: a guessed band choice, no CRS (pixel outputs only), ...
 
-    def describe_image(self, image: LoadedImage) -> None:
-        """Report which bands of `image` were shown and why, and its notes."""
-        if image.bands is not None:
-            self.bands, self.bands_reason = list(image.bands.bands), image.bands.reason
-        self.image_notes = list(image.notes)
+    def describe_image(self, images: list[LoadedImage]) -> None:
+        """Report which bands of the (first) image were shown and why, and every image's notes (a later image's
+        said as `image K: ...`)."""
+        first = images[0]
+        if first.bands is not None:
+            self.bands, self.bands_reason = list(first.bands.bands), first.bands.reason
+        self.image_notes = list(first.notes) + [
+            f"image {number}: {note}" for number, image in enumerate(images[1:], start=2) for note in image.notes
+        ]
 
     @computed_field
     @property

@@ -1,5 +1,8 @@
-"""`geopilot chat --model DIR [--adapter DIR] --image PATH "question" [--json] [--out out.png]
+"""`geopilot chat --model DIR [--adapter DIR] --image PATH [--image PATH ...] "question" [--json] [--out out.png]
 [--tools-config configs/tools.yaml]`.
+
+`--image` is repeatable: several images (before, after) are one conversation, in the order given (docs/design.md
+§3); they must be one size, and at most `--max-images`.
 
 Prints the plan (reasoning, tool calls), a short summary of each tool output, the answer and the timings;
 `--json` prints the whole ChatResult instead; `--out` draws the tool outputs on the image.
@@ -13,6 +16,7 @@ import sys
 
 from geopilot.argtypes import add_deprecated_name, add_tools_config_argument
 from geopilot.argtypes import bands as bands_type
+from geopilot.sample import DEFAULT_MAX_IMAGES
 
 SUMMARY_CHARS = 160
 MAX_NEW_TOKENS = 512
@@ -24,7 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--adapter", default=None, help="a LoRA adapter dir from training (export/adapter); --model is then its base"
     )
-    parser.add_argument("--image", required=True, help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work)")
+    parser.add_argument(
+        "--image",
+        required=True,
+        action="append",
+        help="image file (PNG/JPEG/TIFF/GeoTIFF; SAR and 16-bit work); repeat it for several, in order (before, after)",
+    )
+    parser.add_argument(
+        "--max-images",
+        type=int,
+        default=DEFAULT_MAX_IMAGES,
+        help=f"most --image per question (default {DEFAULT_MAX_IMAGES})",
+    )
     add_tools_config_argument(parser, old_names=("--tools",))
     parser.add_argument("--bands", type=bands_type, default=None, help="band numbers shown as RGB, e.g. 4,3,2")
     parser.add_argument(
@@ -109,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
     from geopilot.agent import GeoPilot
     from geopilot.errors import GeoPilotInputError
-    from geopilot.image import load_image
+    from geopilot.image import check_same_size, load_image
 
     if not args.question.strip():
         raise GeoPilotInputError("the question is empty")
@@ -122,7 +137,12 @@ def run(args: argparse.Namespace) -> int:
         raise GeoPilotInputError("--max-rounds must be >= 0 and --max-new-tokens >= 1")
     if args.tool_timeout is not None and not args.tool_timeout > 0:  # also NaN
         raise GeoPilotInputError(f"--tool-timeout must be a number of seconds > 0, got {args.tool_timeout:g}")
-    image = load_image(args.image, bands=args.bands)
+    if args.max_images < 1:
+        raise GeoPilotInputError(f"--max-images must be >= 1, got {args.max_images}")
+    if len(args.image) > args.max_images:
+        raise GeoPilotInputError(f"{len(args.image)} --image given, over the limit of {args.max_images} (--max-images)")
+    images = [load_image(path, bands=args.bands) for path in args.image]  # before the model loads: fail fast
+    check_same_size(images)
     pilot = GeoPilot.from_pretrained(
         args.model,
         device=args.device,
@@ -130,9 +150,10 @@ def run(args: argparse.Namespace) -> int:
         tools_config=args.tools_config,
         tool_timeout_s=args.tool_timeout,
         adapter=args.adapter,
+        max_images=args.max_images,
     )
     result = pilot.chat(
-        image,
+        images,
         args.question,
         max_rounds=args.max_rounds,
         modality=args.modality,
@@ -141,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from geopilot.visualize import draw_outputs
 
-        draw_outputs(image.image, [c.output for c in result.tool_calls if c.output is not None]).save(args.out)
+        draw_outputs(images[0].image, [c.output for c in result.tool_calls if c.output is not None]).save(args.out)
     if note.get("notice"):
         print(f"geopilot chat: note: {note['notice']}", file=sys.stderr)
     if args.json:

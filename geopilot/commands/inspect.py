@@ -55,12 +55,12 @@ def inspect_line(line: str, line_number: int, tokenizer, image_tokens, max_lengt
         sample = parse_sample(data, line=line_number)
         record["text"] = tokens.family.prompt_text(sample.messages, tokenizer)
         record["hf_messages"] = tokens.family.hf_messages(sample.messages)
-        image = sample.image_path(base_dir)
-        if image is not None and not image.is_file():
-            raise SampleError(f"image not found: {image}", sample_id=sample.id, line=line_number, field="image")
+        images = sample.image_paths(base_dir)  # in order; each takes the first's count (one size)
+        if missing := next((image for image in images if not image.is_file()), None):
+            raise SampleError(f"image not found: {missing}", sample_id=sample.id, line=line_number, field="image")
         try:
-            count = tokens.count(str(image)) if image is not None else 0
-            boxes = tokens.boxes(str(image)) if image is not None else None
+            count = tokens.count(str(images[0])) if images else 0
+            boxes = tokens.boxes(str(images[0])) if images else None
         except ImageInputError as err:
             raise SampleError(
                 f"image unreadable: {err}", sample_id=sample.id, line=line_number, field="image"

@@ -7,7 +7,7 @@ generation feed the model), `CHAT_TEMPLATE` (the template it was pretrained with
 equal to that template token for token, labels on the assistant turns only), `LORA_TARGET_MODULES` and
 `MODULES_TO_SAVE`, its box convention (`BOX_CONVENTION`, `box_to_model`, `box_from_model`, `box_codec`,
 `sample_boxes`, `BOX_SCHEMA`: `geopilot.boxes`), and what it is (`NATIVE_RESOLUTION`: `min_pixels`/`max_pixels`
-apply; `STEPPABLE`: the per-step scheduler can drive it; `PROMPT_LOOKUP`).
+apply; `STEPPABLE`: the per-step scheduler can drive it, with `step_positions`; `PROMPT_LOOKUP`).
 """
 
 from __future__ import annotations

@@ -320,6 +320,11 @@ def position_state(model):
     return None
 
 
+def step_positions(positions, states: list):
+    """The position ids of rows decoded side by side (`serve --scheduler step`) from their text positions: the same."""
+    return positions
+
+
 def set_position_state(model, state) -> None:
     return None
 

@@ -284,15 +284,16 @@ def sample_boxes(processor, image_path: str, max_pixels: int) -> BoxCodec:
 
 
 def hf_messages(messages: list[Message], system: str | None = None, boxes: BoxCodec | None = None) -> list[dict]:
-    """Sample messages -> the HF message form `CHAT_TEMPLATE` reads: a user turn with the image is
-    `[{"type": "image"}, {"type": "text", "text": question}]`, each round's tool outputs ONE `tool` message written
-    by `format_tool_turn`, an assistant turn its compact JSON. `system` replaces Qwen's default system prompt;
-    `boxes` (`box_codec` of the image) writes every box in pixels of the resized image."""
+    """Sample messages -> the HF message form `CHAT_TEMPLATE` reads: a user turn with images is
+    `[{"type": "image"}, ..., {"type": "text", "text": question}]` (one image part per image, in order), each
+    round's tool outputs ONE `tool` message written by `format_tool_turn`, an assistant turn its compact JSON.
+    `system` replaces Qwen's default system prompt; `boxes` (`box_codec` of the image) writes every box in pixels
+    of the resized image."""
     out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
     for role, text in chat_turns(messages, tool_role=TOOL_TURN_ROLE, boxes=boxes):
-        if role == "user" and IMAGE_PLACEHOLDER in text:
+        if role == "user" and (count := text.count(IMAGE_PLACEHOLDER)):
             question = text.replace(IMAGE_PLACEHOLDER, "").strip()
-            out.append({"role": role, "content": [{"type": "image"}, {"type": "text", "text": question}]})
+            out.append({"role": role, "content": [{"type": "image"}] * count + [{"type": "text", "text": question}]})
         else:
             out.append({"role": role, "content": text})
     return out
@@ -348,17 +349,18 @@ def render_sample(
     max_length: int | None = None,
     boxes: BoxCodec | None = None,
 ) -> Rendered:
-    """A validated sample -> ids + labels (`num_image_tokens`: this sample's image, from `image_token_count`;
-    `boxes`: its `box_codec`, from `sample_boxes`; None writes the trace's normalised boxes)."""
+    """A validated sample -> ids + labels (`num_image_tokens`: each of this sample's images, from
+    `image_token_count`, a sample's images sharing one size; `boxes`: its `box_codec`, from `sample_boxes`; None
+    writes the trace's normalised boxes)."""
     messages = hf_messages(sample.messages, boxes=boxes)
-    rendered = render_messages(messages, tokenizer, num_image_tokens if sample.image else 0)
+    rendered = render_messages(messages, tokenizer, num_image_tokens if sample.image_names else 0)
     return check_rendered(rendered, sample, max_length)
 
 
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
 
 PROMPT_LOOKUP = False  # 3-D rope positions: answer turns decode with `generate` (which adds the rope deltas)
-STEPPABLE = False  # nor can the per-step scheduler drive them (geopilot.serving.scheduler): the batcher serves it
+STEPPABLE = True  # the per-step scheduler adds each row's own rope delta to its positions (`step_positions`)
 
 
 def image_features(model, pixel_values, image_grid_thw):
@@ -374,6 +376,14 @@ def vision_kwargs(image_token_id: int, input_ids, image_grid_thw) -> dict:
 def position_state(model):
     """The rope deltas the model stored at the image's prefill (one row per conversation): later turns add them."""
     return model.model.rope_deltas
+
+
+def step_positions(positions, states: list):
+    """The position ids of rows decoded side by side (`serve --scheduler step`): each row's text positions plus its
+    own rope delta (`states`, from its image's prefill); the model expands 2-D ids to the three rope sections."""
+    import torch
+
+    return positions + torch.cat(states).to(positions.device)
 
 
 def set_position_state(model, state) -> None:

@@ -38,7 +38,7 @@ from geopilot.serving.batcher import Batcher, Job
 from geopilot.serving.chat_request import (
     conversation_request,
     generation_options,
-    image_source,
+    image_sources,
     parse_body,
     pick,
 )
@@ -161,8 +161,8 @@ def create_app(
         _check_budget(batcher, body)
         slot = admit(batcher)  # counted (and /health shows it) from here: fetching an image URL is work too
         try:
-            image = await image_source(body, policy, deadline)
-            conversation = await asyncio.to_thread(conversation_request, body, image, config, pilot)
+            images = await image_sources(body, policy, deadline, config.max_images)
+            conversation = await asyncio.to_thread(conversation_request, body, images, config, pilot)
             job = Job(
                 conversation,
                 generation_options(body, config),

@@ -109,14 +109,12 @@ class Batcher:
 
     # -- the model thread ---------------------------------------------------------------------------------------------
 
-    def _next(self, timeout: float | None) -> Job | None:
-        if self._held:
-            return self._held.pop(0)
-        return self._queue.get(timeout=timeout) if timeout is None or timeout > 0 else self._queue.get_nowait()
+    def _next(self) -> Job | None:
+        return self._held.pop(0) if self._held else self._queue.get()
 
     def _loop(self) -> None:
         while True:
-            first = self._next(None)
+            first = self._next()
             if first is None:
                 return
             if first.cancelled.is_set():
@@ -128,20 +126,20 @@ class Batcher:
                 self._run_batch([first])
                 continue
             batch, deadline = [first], time.monotonic() + self.wait_s
+            held, self._held = self._held, []
+            for job in held:  # each set-aside job is looked at once per batch (a loop over them would spin)
+                if not job.cancelled.is_set():
+                    (batch if len(batch) < self.max_batch and _joins(first, job) else self._held).append(job)
             while len(batch) < self.max_batch:
                 try:
-                    job = self._next(deadline - time.monotonic())
+                    job = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
                 if job is None:
                     self._queue.put(None)
                     break
-                if job.cancelled.is_set():
-                    continue
-                if job.on_text is None and job.key() == first.key():
-                    batch.append(job)
-                else:
-                    self._held.append(job)
+                if not job.cancelled.is_set():
+                    (batch if _joins(first, job) else self._held).append(job)
             self._run_batch(batch)
 
     def _run_batch(self, jobs: list[Job]) -> None:
@@ -190,6 +188,10 @@ class Batcher:
             job.future.set_exception(err)
         else:
             job.future.set_result(result)
+
+
+def _joins(first: Job, job: Job) -> bool:
+    return job.on_text is None and job.key() == first.key()
 
 
 class JobsCancelled(CancelToken):

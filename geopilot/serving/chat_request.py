@@ -1,5 +1,5 @@
 """What a request asks GeoPilot to do, read from the wire: an OpenAI chat completion (`parse_body`,
-`image_source`, `conversation_request`, `generation_options`) or FastChat worker turns (`chat_request`) -> the
+`image_sources`, `conversation_request`, `generation_options`) or FastChat worker turns (`chat_request`) -> the
 request dict `GeoPilot.chat_batch` takes, its image checked (413 over the pixel limit, 400 not an image) and loaded.
 The API (geopilot.serving.api) and the FastChat worker (geopilot.serving.worker) both read requests here.
 """
@@ -46,28 +46,37 @@ def parse_body(raw: bytes, max_text_chars: int) -> ChatCompletionRequest:
     return body
 
 
-async def image_source(body: ChatCompletionRequest, policy: UrlPolicy, deadline: float) -> bytes | str:
-    """The conversation's one image: the bytes fetched from its URL (awaited, inside the deadline), or the data URL
-    itself (decoded in a worker thread with the rest)."""
+async def image_sources(
+    body: ChatCompletionRequest, policy: UrlPolicy, deadline: float, max_images: int
+) -> list[bytes | str]:
+    """The conversation's images in order (before, after): each the bytes fetched from its URL (awaited, inside the
+    deadline), or the data URL itself (decoded in a worker thread with the rest). 400 for none or over `max_images`
+    (before anything is fetched)."""
     urls = [url for m in body.messages for url in images_of(m.content)]
-    if len(urls) != 1:
+    if not urls:
+        raise ServeError(400, "a conversation needs an image (an image_url part of its first user message)")
+    if len(urls) > max_images:
         raise ServeError(
-            400, f"a conversation needs exactly one image (image_url part), got {len(urls)}", code="bad_request"
+            400, f"{len(urls)} images (image_url parts), over this server's limit of {max_images}", code="bad_request"
         )
-    return urls[0] if urls[0].strip().startswith("data:") else await policy.fetch(urls[0], deadline)
+    return [url if url.strip().startswith("data:") else await policy.fetch(url, deadline) for url in urls]
 
 
-def conversation_request(body: ChatCompletionRequest, image: bytes | str, config: ServeConfig, pilot) -> dict[str, Any]:
-    """The OpenAI messages and the image (bytes, or a data URL to decode) -> one chat request (image checked): the
-    sample-format history, the query (None: answer the tool results), the system prompt, client-run tools."""
+def conversation_request(
+    body: ChatCompletionRequest, images: list[bytes | str], config: ServeConfig, pilot
+) -> dict[str, Any]:
+    """The OpenAI messages and their images in order (bytes, or data URLs to decode) -> one chat request (images
+    checked, one size): the sample-format history, the query (None: answer the tool results), the system prompt,
+    client-run tools."""
     dialogue = read_dialogue(body)
     tools, system = client_tools(
         body, pilot.tools.names() if body.tools else [], config.allow_unknown_tools, dialogue.system
     )
     check_history_calls(dialogue, tools.names if tools is not None else tuple(pilot.tools.names()))
-    data = decode_data_url(image) if isinstance(image, str) else image
+    data = [decode_data_url(image) if isinstance(image, str) else image for image in images]
+    loaded = [load_request_image(one, config.max_image_pixels, body.geopilot.bands) for one in data]
     request = {
-        "image": load_request_image(data, config.max_image_pixels, body.geopilot.bands),
+        "image": same_size(loaded) if len(loaded) > 1 else loaded[0],
         "query": dialogue.query,
         "history": dialogue.history or None,
         "modality": body.geopilot.modality,
@@ -93,26 +102,39 @@ def load_request_image(image: bytes, max_pixels: int, bands: list[int] | None = 
         raise ServeError(400, f"image_url: {err}", code="bad_image") from None
 
 
+def same_size(images: list) -> list:
+    """Several images of one conversation, checked to be one size (400 naming the sizes otherwise)."""
+    from geopilot.image import check_same_size
+
+    try:
+        check_same_size(images)
+    except GeoPilotInputError as err:
+        raise ServeError(400, f"image_url: {err}", code="bad_image") from None
+    return images
+
+
 def chat_request(
-    turns: list[tuple[str, str, bool]], image: bytes, max_pixels: int, modality=None, bands=None
+    turns: list[tuple[str, str, int]], image: bytes | list[bytes], max_pixels: int, modality=None, bands=None
 ) -> dict[str, Any]:
-    """`(role, text, has_image)` turns ending with the user's question, and the image bytes -> the request dict
-    `GeoPilot.chat_batch` takes: the image checked (413 over `max_pixels`) and loaded, the earlier turns as
-    `history` (assistant turns as their answers). The FastChat worker uses it too."""
+    """`(role, text, images)` turns ending with the user's question (`images`: the turn's image count), and the
+    image bytes (or several, in order) -> the request dict `GeoPilot.chat_batch` takes: each image checked (413 over
+    `max_pixels`) and loaded, several of one size, the earlier turns as `history` (assistant turns as their
+    answers). The FastChat worker uses it too."""
     from geopilot.sample import IMAGE_PLACEHOLDER
 
     if not turns or turns[-1][0] != "user":
         raise ServeError(400, "the last message must be the user's question", code="bad_request")
     if turns[-1][2] and len(turns) > 1:
         raise ServeError(400, "the image must be in the first user message of a conversation", code="bad_request")
-    loaded = load_request_image(image, max_pixels, bands)
+    loaded = [load_request_image(one, max_pixels, bands) for one in (image if isinstance(image, list) else [image])]
     history = []
-    for role, text, has_image in turns[:-1]:
+    for role, text, images in turns[:-1]:
         if role == "user":
-            history.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n{text}" if has_image else text})
+            history.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n" * int(images) + text})
         else:
             history.append({"role": "assistant", "reasoning": "", "actions": [], "value": text})
-    return {"image": loaded, "query": turns[-1][1], "history": history or None, "modality": modality}
+    image_value = same_size(loaded) if len(loaded) > 1 else loaded[0]  # one image, or several in order
+    return {"image": image_value, "query": turns[-1][1], "history": history or None, "modality": modality}
 
 
 def generation_options(body: ChatCompletionRequest, config: ServeConfig) -> GenerationOptions:

@@ -39,6 +39,7 @@ SERVE_FLAGS = {
     "tool_timeout_s": Flag("--tool-timeout"),
     "max_body_bytes": Flag("--max-body-mb", unit=MIB),
     "max_image_pixels": Flag("--max-image-pixels"),
+    "max_images": Flag("--max-images"),
     "allowed_url_hosts": Flag("--allow-url-host", metavar="HOST"),
     "url_timeout_s": Flag("--url-timeout"),
     "max_text_chars": Flag("--max-text-chars"),
@@ -107,6 +108,7 @@ def build_pilot(args: argparse.Namespace, config):
             tools_config=args.tools_config,
             tool_timeout_s=config.tool_timeout_s,
             max_pixels=config.max_image_pixels,
+            max_images=config.max_images,
             constrain_plans=not config.unconstrained_plans,
         )
     if not Path(args.model).is_dir():
@@ -126,6 +128,7 @@ def build_pilot(args: argparse.Namespace, config):
         tools_config=args.tools_config,
         tool_timeout_s=config.tool_timeout_s,
         max_pixels=config.max_image_pixels,
+        max_images=config.max_images,
         prefix_cache=PrefixCache(entries, config.prefix_cache_ttl_s) if entries else None,
         constrain_plans=not config.unconstrained_plans,
     )

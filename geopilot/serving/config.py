@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from geopilot.config import StrictConfig
+from geopilot.sample import DEFAULT_MAX_IMAGES
 
 MIB = 2**20
 
@@ -21,7 +22,7 @@ class ServeConfig(StrictConfig):
     )
     max_batch: int = Field(8, ge=1, description="requests decoded together (1: no batching)")
     scheduler: Literal["step", "static"] = Field(
-        "static",  # step becomes the default once its --mixed benchmark is measured (docs/serving.md)
+        "step",  # it beat static 2.2x on serve_load --mixed (docs/serving.md); static where step cannot drive
         description="step: requests join and leave the batch at every decoding step; static: per wait window",
     )
     kv_budget_tokens: int = Field(
@@ -35,6 +36,9 @@ class ServeConfig(StrictConfig):
         20 * MIB, ge=1024, le=4096 * MIB, description="request body limit (then 413, before it is read whole)"
     )
     max_image_pixels: int = Field(40_000_000, ge=1, description="decoded image size limit (then 413, from the header)")
+    max_images: int = Field(
+        DEFAULT_MAX_IMAGES, ge=1, description="images per conversation (before, after, ...; then 400)"
+    )
     allowed_url_hosts: list[str] = Field(
         [], description="fetch http(s) image URLs from this host / IP / CIDR (repeatable; default: none)"
     )

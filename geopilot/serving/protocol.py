@@ -3,7 +3,8 @@
 
 - A first `system` (or `developer`) message replaces the Vicuna system prompt, as the chat template does; one
   anywhere else is refused, as the template refuses it.
-- The one image is an `image_url` part of the first user message; more images, or an image elsewhere, are 400.
+- The images are `image_url` parts of the first user message, in order (before, after; at most the server's
+  `max_images`, one size); an image elsewhere is 400.
 - `tools` turns on client-run tools: the think turn's plan comes back as `tool_calls`, and the client's
   `role: "tool"` results (matched to the calls by `tool_call_id`) become the tool turn THE formatter writes.
   Tools the registry does not know are refused, unless the server allows them (`--allow-unknown-tools`): then
@@ -269,7 +270,8 @@ def read_dialogue(body: ChatCompletionRequest) -> Dialogue:
             text = text_of(message.content)
             if IMAGE_PLACEHOLDER in text:
                 raise _bad(where, f"the text must not contain {IMAGE_PLACEHOLDER!r}; send the image as image_url")
-            out.append({"role": "user", "content": f"{IMAGE_PLACEHOLDER}\n{text}" if not out else text})
+            placeholders = f"{IMAGE_PLACEHOLDER}\n" * len(images_of(message.content))
+            out.append({"role": "user", "content": placeholders + text if not out else text})
         elif role == "assistant" and message.tool_calls:
             actions = [_action(f"{where}.tool_calls.{j}", call) for j, call in enumerate(message.tool_calls)]
             dialogue.calls += [(f"{where}.tool_calls.{j}", action) for j, action in enumerate(actions)]

@@ -12,9 +12,10 @@ time) leaves at the next step and its cache is freed. Rows decode with transform
 temperature, top-p, repetition penalty) on their own ids, and a think turn inside its own plan grammar (its own
 `PlanLogits` matcher), as the static path does.
 
-What one decoding row per step cannot express runs alone between steps through `Batcher`'s paths: a streamed
-answer, a seeded sampling request, client-run tools (grammar-constrained plans, the prefix cache), and every
-request of a pilot whose engine `steppable_engine` refuses (docs/design.md §8).
+A streamed request is a row too: its tokens go through a text streamer into its `AnswerExtractor` as they are
+chosen. What one decoding row per step cannot express runs alone between steps through `Batcher`'s paths: a
+seeded sampling request, client-run tools (grammar-constrained plans, the prefix cache), and every request of a
+pilot whose engine `steppable_engine` refuses (docs/design.md §8).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any
 
 from geopilot.agent import MIN_TURN_TOKENS
 from geopilot.agent.plan_schema import PlanLogits
-from geopilot.generation import GenerationOptions, Turn
+from geopilot.generation import AnswerExtractor, GenerationOptions, Turn, text_streamer
 from geopilot.serving.batcher import Batcher, Job
+from geopilot.serving.step_cache import StepBatch
 
 TOOL_TURN_TOKENS = 512  # reserved per tool round for the tool outputs a row reads (its turn is cut to fit)
 
@@ -40,7 +42,8 @@ class Row:
     reserved: int  # KV tokens this request may hold (its cache never grows past it)
     started: float
     encode_seconds: float = 0.0
-    pixels: Any = None  # set until the first prefill
+    image: dict | None = None  # the family's image inputs, until the first prefill
+    position_state: Any = None  # the family's, from the first prefill (Qwen2.5-VL: the row's rope delta)
     feed: list[int] = field(default_factory=list)  # tokens the cache has not read yet
     cache: Any = None  # DynamicCache of batch 1
     length: int = 0  # tokens in the cache
@@ -54,6 +57,7 @@ class Row:
     processors: Any = None  # the request's sampling processors
     turn_processors: Any = None  # those and, on a constrained turn, its plan grammar (one matcher per row)
     tools: concurrent.futures.Future | None = None  # the loop reading the last turn (tools run there)
+    streamer: Any = None  # a streamed request's: this turn's text, to its answer extractor
 
 
 class StepScheduler(Batcher):
@@ -71,7 +75,7 @@ class StepScheduler(Batcher):
         self.rows: list[Row] = []
         self._ready: Row | None = None  # prepared, waiting for KV budget
         self.steps: list[int] = []  # rows decoded at every step (tests, benchmarks)
-        self._batch: tuple[list[int], Any] | None = None  # (row ids, padded cache) of the last decoding step
+        self._batch = StepBatch(pilot.engine.model.config)  # the decoding rows' KV, kept from step to step
         self._tools = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="step-tools")
         super().__init__(pilot, max_batch=1, wait_s=0.0, max_pending=max_pending)
 
@@ -94,7 +98,6 @@ class StepScheduler(Batcher):
     def _steppable(self, job: Job) -> bool:
         return (
             steppable_engine(getattr(self.pilot, "engine", None))
-            and job.on_text is None
             and not (job.options.seed is not None and job.options.do_sample)
             and "client_tools" not in job.request
         )
@@ -166,8 +169,9 @@ class StepScheduler(Batcher):
         reserved = min(reserved, pilot.context_length or reserved, self.kv_budget_tokens)
         deadline = None if pilot.chat_timeout_s is None else time.monotonic() + pilot.chat_timeout_s
         dialogue = AgentLoop(prepared, pilot.tools, rounds, pilot.tool_timeout_s, pilot.max_tool_calls, deadline)
-        pixels = pilot.engine.family.image_inputs(pilot.engine.processor, [prepared.image.image])["pixel_values"]
-        row = Row(job, dialogue, reserved, started, time.perf_counter() - started, pixels, list(prepared.prompt))
+        pictures = [image.image for image in prepared.images]  # in order: one image's inputs per placeholder
+        image = pilot.engine.family.image_inputs(pilot.engine.processor, pictures)
+        row = Row(job, dialogue, reserved, started, time.perf_counter() - started, image, feed=list(prepared.prompt))
         row.processors = _processors(options)
         plan = dialogue.plan_constraint() if pilot.constrain_plans else None
         if plan is not None:
@@ -203,6 +207,9 @@ class StepScheduler(Batcher):
         grammar = [] if plan is None else [PlanLogits(self.pilot.engine.grammars, [plan], row.limit)]
         row.turn_processors = LogitsProcessorList([*row.processors, *grammar])  # a fresh matcher every turn
         row.generated, row.turn_started = [], time.perf_counter()
+        if row.job.on_text is not None:  # a fresh extractor every turn, as the static path's
+            tokenizer = self.pilot.engine.tokenizer
+            row.streamer = text_streamer(tokenizer, AnswerExtractor(row.job.on_text).feed, skip_prompt=False)
         row.new_input_tokens, row.carried = len(row.feed) - row.carried, 0
         return True
 
@@ -214,15 +221,17 @@ class StepScheduler(Batcher):
     def _leave(self, row: Row) -> None:
         if row in self.rows:
             self.rows.remove(row)
+        self._batch.drop(row)
         row.cache = None  # its KV is freed with it
-        self._batch = None
 
     def _finish(self, row: Row) -> None:
         self._leave(row)
         dialogue = row.dialogue
-        image_tokens = self.pilot.engine.image_tokens_of(dialogue.request.image.image.size)
+        image_tokens = self.pilot.engine.image_tokens_of(dialogue.request.image.image.size) * len(
+            dialogue.request.images
+        )
         dialogue.timings_and_tokens(row.encode_seconds, image_tokens, row.started)
-        dialogue.result.describe_image(dialogue.request.image)
+        dialogue.result.describe_image(dialogue.request.images)
         row.job.future.set_result(dialogue.result)
 
     def _collect_tools(self) -> None:
@@ -255,17 +264,21 @@ class StepScheduler(Batcher):
         import torch
         from transformers import DynamicCache
 
-        model = self.pilot.engine.model
-        kwargs = {}
-        if row.cache is None:
-            row.cache = DynamicCache(config=model.config)
-            kwargs["pixel_values"] = row.pixels.to(model.device, model.dtype)
-            row.pixels = None
-        elif isinstance(row.cache, _RowView):
-            row.cache = row.cache.materialise()
+        model, family = self.pilot.engine.model, self.pilot.engine.family
         ids = torch.tensor([row.feed], device=model.device)
+        kwargs, positions = {}, None  # the first prefill's positions are the model's own (from the image grid)
+        if row.image is not None:  # its first prefill: the image and the prompt
+            row.cache = DynamicCache(config=model.config)
+            kwargs["pixel_values"] = row.image["pixel_values"].to(model.device, model.dtype)
+            grid = row.image.get("image_grid_thw")
+            grid = None if grid is None else grid.to(model.device)
+            kwargs.update(family.vision_kwargs(model.config.image_token_id, ids, grid))
+        else:
+            if row in self._batch:
+                row.cache = self._batch.take_out(row)
+            text = torch.arange(row.length, row.length + len(row.feed), device=model.device)[None]
+            positions = family.step_positions(text, [row.position_state])
         mask = torch.ones((1, row.length + len(row.feed)), dtype=torch.long, device=model.device)
-        positions = torch.arange(row.length, row.length + len(row.feed), device=model.device)[None]
         logits = model(
             input_ids=ids,
             attention_mask=mask,
@@ -275,28 +288,35 @@ class StepScheduler(Batcher):
             logits_to_keep=1,
             **kwargs,
         ).logits[:, -1]
+        if row.image is not None:
+            row.image, row.position_state = None, family.position_state(model)
         row.length += len(row.feed)
         row.ids += row.feed
         row.feed = []
-        self._batch = None
-        self._choose(row, logits[0])
+        self._take(row, self._pick(row, logits[0]))
 
-    def _choose(self, row: Row, logits) -> None:
-        """Pick the row's next token; a finished turn goes to its loop (tools run off this thread)."""
+    def _pick(self, row: Row, logits) -> int:
+        """The row's next token from its logits, through its processors."""
+        import torch
+
+        scores = logits.float()[None]
+        if len(row.generated) < row.job.options.min_new_tokens:
+            scores[:, self.pilot.engine.tokenizer.eos_token_id] = float("-inf")
+        scores = row.turn_processors(torch.tensor([row.ids], device=scores.device), scores)
+        if row.job.options.do_sample:
+            return int(torch.multinomial(torch.softmax(scores, dim=-1), 1))
+        return int(scores.argmax(dim=-1))
+
+    def _take(self, row: Row, token: int) -> None:
+        """The row's next token chosen; a finished turn goes to its loop (tools run off this thread)."""
         import torch
 
         tokenizer = self.pilot.engine.tokenizer
-        scores = logits.float()[None]
-        if len(row.generated) < row.job.options.min_new_tokens:
-            scores[:, tokenizer.eos_token_id] = float("-inf")
-        scores = row.turn_processors(torch.tensor([row.ids], device=scores.device), scores)
-        if row.job.options.do_sample:
-            token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1))
-        else:
-            token = int(scores.argmax(dim=-1))
         finished = token == tokenizer.eos_token_id
         if not finished:
             row.generated.append(token)
+            if row.streamer is not None:
+                row.streamer.put(torch.tensor([token]))
         if finished or len(row.generated) >= row.limit:
             row.next_token = None
             self._end_turn(row, finished)
@@ -305,14 +325,15 @@ class StepScheduler(Batcher):
 
     def _end_turn(self, row: Row, finished: bool) -> None:
         tokenizer = self.pilot.engine.tokenizer
+        if row.streamer is not None:
+            row.streamer.end()
         text = tokenizer.decode(row.generated, skip_special_tokens=True).strip()
         turn = Turn(list(row.generated), text, finished, row.new_input_tokens, time.perf_counter() - row.turn_started)
         # the turn's last token (</s>, or the cut-off one and a </s>) is not in the cache: the next turn reads it first
         row.feed = [tokenizer.eos_token_id] if finished else [row.generated[-1], tokenizer.eos_token_id]
         row.carried = 1
-        if isinstance(row.cache, _RowView):  # let go of the batch cache while its tools run
-            row.cache = row.cache.materialise()
-        self._batch = None
+        if row in self._batch:  # it leaves the batch while its tools run
+            row.cache = self._batch.take_out(row)
         row.tools = self._tools.submit(row.dialogue.take, turn)
 
     def _decode(self) -> None:
@@ -325,70 +346,35 @@ class StepScheduler(Batcher):
                 time.sleep(0.002)  # every row waits for its tools: do not spin
             return
         self.steps.append(len(active))
-        model = self.pilot.engine.model
-        cache = self._padded(active)
-        width = max(r.length for r in active)
-        mask = torch.zeros((len(active), width + 1), dtype=torch.long, device=model.device)
-        for i, row in enumerate(active):
-            mask[i, width - row.length :] = 1
-        ids = torch.tensor([[r.next_token] for r in active], device=model.device)
-        positions = torch.tensor([[r.length] for r in active], device=model.device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True).logits[
-            :, -1
-        ]
-        for row in active:
+        model, batch = self.pilot.engine.model, self._batch
+        batch.hold(active)
+        rows = list(batch.rows)
+        ids = torch.tensor([[r.next_token] for r in rows], device=model.device)
+        text = torch.tensor([[r.length] for r in rows], device=model.device)
+        positions = self.pilot.engine.family.step_positions(text, [r.position_state for r in rows])
+        mask = batch.mask(1)
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=batch.cache, use_cache=True
+        ).logits[:, -1]
+        for row in rows:
             row.length += 1
             row.ids.append(row.next_token)
             row.next_token = None
-        self._batch = ([id(r) for r in active], cache)
-        for i, row in enumerate(active):
-            row.cache = _RowView(cache, i, row.length)
-            self._choose(row, logits[i])
+        for i, (row, token) in enumerate(zip(rows, self._greedy(rows, logits), strict=True)):
+            self._take(row, token if token is not None else self._pick(row, logits[i]))
 
-    def _padded(self, active: list[Row]):
-        """The left-padded batch cache of `active`: the last step's when the rows are the same, else rebuilt."""
-        import torch
-        from transformers import DynamicCache
-
-        if self._batch is not None and self._batch[0] == [id(r) for r in active]:
-            return self._batch[1]
-        width = max(r.length for r in active)
-        layers = []
-        for layer in range(len(_layers(active[0].cache))):
-            keys, values = [], []
-            for row in active:
-                k, v = _layers(row.cache)[layer]
-                pad = width - row.length
-                keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
-                values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
-            layers.append((torch.cat(keys), torch.cat(values)))
-        return DynamicCache(ddp_cache_data=layers, config=self.pilot.engine.model.config)
-
-
-class _RowView:
-    """One row of a padded batch cache, without its left padding (what a rebuild or a prefill reads)."""
-
-    def __init__(self, cache, index: int, length: int):
-        self.cache, self.index, self.length = cache, index, length
-
-    def materialise(self):
-        from transformers import DynamicCache
-
-        layers = [
-            (
-                layer.keys[self.index : self.index + 1, :, -self.length :].clone(),
-                layer.values[self.index : self.index + 1, :, -self.length :].clone(),
-            )
-            for layer in self.cache.layers
-        ]
-        return DynamicCache(ddp_cache_data=layers)
-
-
-def _layers(cache) -> list[tuple[Any, Any]]:
-    if isinstance(cache, _RowView):
-        i, n = cache.index, cache.length
-        return [(layer.keys[i : i + 1, :, -n:], layer.values[i : i + 1, :, -n:]) for layer in cache.cache.layers]
-    return [(layer.keys, layer.values) for layer in cache.layers]
+    def _greedy(self, rows: list[Row], logits) -> list[int | None]:
+        """The next token of every row that decodes greedily without processors, in one argmax over the batch
+        (None for the others: `_pick` reads them one by one)."""
+        plain = [not r.turn_processors and not r.job.options.do_sample for r in rows]
+        if not any(plain):
+            return [None] * len(rows)
+        scores = logits.float().clone()  # `_pick` reads the others' logits as they came
+        held = [i for i, r in enumerate(rows) if len(r.generated) < r.job.options.min_new_tokens]
+        if held:
+            scores[held, self.pilot.engine.tokenizer.eos_token_id] = float("-inf")
+        tokens = scores.argmax(dim=-1).tolist()
+        return [token if keep else None for token, keep in zip(tokens, plain, strict=True)]
 
 
 def _processors(options: GenerationOptions):
@@ -411,8 +397,8 @@ def _processors(options: GenerationOptions):
 
 
 def steppable_engine(engine) -> bool:
-    """The in-process model with its own KV sessions, of a family the per-step scheduler can drive (its `STEPPABLE`:
-    plain 1-D positions and one image tensor, LLaVA; Qwen2.5-VL's 3-D rotary positions are its KVSession's alone)."""
+    """The in-process model with its own KV sessions, of a family the per-step scheduler can drive (its module's
+    `STEPPABLE`; both families: a Qwen2.5-VL row's positions carry its own rope delta, `step_positions`)."""
     family = getattr(engine, "family", None)
     return getattr(engine, "default_sessions", False) and getattr(family, "STEPPABLE", False)
 

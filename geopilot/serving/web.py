@@ -1,13 +1,14 @@
 """The web demo: a Gradio Blocks app that `create_app` mounts at `/demo` (same process, port and API key).
 
-Upload an image (PNG, JPEG, GeoTIFF; optical or SAR) or pick an example, ask, and the answer streams into a
-multi-turn chat; beside it the image with the tool results drawn (`geopilot.visualize`), the plan and tool trace,
+Upload an image (PNG, JPEG, GeoTIFF; optical or SAR) or pick an example, optionally a second "after" image of the
+same place and size (a change question: the two are one conversation, before then after), ask, and the answer
+streams into a multi-turn chat; beside it the image with the tool results drawn (`geopilot.visualize`), the plan and tool trace,
 and for a georeferenced image a map (folium) of the results over the image footprint. Requests go through the
 server's batcher, so the demo shares its limits and its queue with the HTTP API.
 
 Two events run a turn: the Ask button's (streams into the chat; private) and `/ask`, the scriptable one
-(`gradio_client`: inputs image and question, outputs answer, drawn image and trace; a follow-up with no image
-continues the conversation of that client's session).
+(`gradio_client`: inputs image, question and an optional after image, outputs answer, drawn image and trace; a
+follow-up with no image continues the conversation of that client's session).
 """
 
 import asyncio
@@ -40,9 +41,17 @@ class Conversation:
 
     image_path: str | None = None
     loaded: Any = None  # the LoadedImage every turn is asked about
+    after_path: str | None = None
+    after: Any = None  # the optional second (after) image, the same size: then the turns are about the pair
     history: list = field(default_factory=list)  # sample-format messages: the model's view of the conversation
     chat: list[dict] = field(default_factory=list)  # role/content messages: the chat's view
     before_last: tuple[list, list] | None = None  # (history, chat) before the last turn: what Regenerate returns to
+
+    def cleared(self) -> "Conversation":
+        """The same image(s), no turns: what Clear starts over with."""
+        return Conversation(
+            image_path=self.image_path, loaded=self.loaded, after_path=self.after_path, after=self.after
+        )
 
 
 @dataclass
@@ -156,7 +165,8 @@ class DemoRunner:
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue = asyncio.Queue()
         end = object()
-        request = {"image": state.loaded, "query": question, "history": state.history or None, "modality": None}
+        images = state.loaded if state.after is None else [state.loaded, state.after]
+        request = {"image": images, "query": question, "history": state.history or None, "modality": None}
         job = Job(request, self.options(temperature, max_tokens or self.config.max_new_tokens), self.config.max_rounds)
         job.slot = admit(self.batcher)
         job.on_text = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
@@ -236,6 +246,12 @@ def _layout(gr, pilot, config: ServeConfig, tools_line: str | None, examples) ->
             image = gr.File(
                 label="Image (PNG, JPEG, GeoTIFF)", file_types=UPLOAD_TYPES, type="filepath", elem_id="upload"
             )
+            after = gr.File(
+                label="After image (optional: the same place later, same size)",
+                file_types=UPLOAD_TYPES,
+                type="filepath",
+                elem_id="upload-after",
+            )
             if examples:
                 gr.Examples(examples=[[p] for p in examples], inputs=[image], label="Example images")
             info = gr.Markdown(elem_id="image-info")
@@ -268,6 +284,7 @@ def _layout(gr, pilot, config: ServeConfig, tools_line: str | None, examples) ->
     return SimpleNamespace(
         state=state,
         image=image,
+        after=after,
         info=info,
         temperature=temperature,
         max_tokens=max_tokens,
@@ -291,22 +308,29 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
 
     runner = DemoRunner(pilot, config, batcher)
 
-    def start(state: Conversation | None, path: str | None) -> Conversation:
-        """The tab's conversation, restarted on a new image; raises ServeError for a bad upload."""
-        state = state or Conversation()
-        if path and path != state.image_path:
-            state = Conversation(image_path=path, loaded=runner.open_image(path))
+    def start(state: Conversation | None, path: str | None, after_path: str | None = None) -> Conversation:
+        """The tab's conversation, restarted on a new image (or a new after image); raises ServeError for a bad
+        upload, GeoPilotInputError for an after image of another size."""
+        from geopilot.image import check_same_size
+
+        state, after_path = state or Conversation(), after_path or None
+        if path and (path != state.image_path or after_path != state.after_path):
+            loaded = runner.open_image(path)
+            after = runner.open_image(after_path) if after_path else None
+            if after is not None:
+                check_same_size([loaded, after])
+            state = Conversation(image_path=path, loaded=loaded, after_path=after_path, after=after)
         if state.loaded is None:
             raise ServeError(400, "Upload an image or pick an example first.")
         return state
 
-    def uploaded(path: str | None):
+    def uploaded(path: str | None, after_path: str | None = None):
         """A new image: its facts (as `geopilot image info` says them), the map tab, a fresh conversation."""
         if not path:
             return Conversation(), [], "", gr.Tab(visible=False), "", None, []
         try:
             report, notes = image_facts(path)
-            state = start(None, path)
+            state = start(None, path, after_path)
         except (ServeError, GeoPilotInputError) as err:
             return (
                 Conversation(),
@@ -322,7 +346,7 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
         shown = None if reason else map_html(report["bounds_wgs84"], None)
         return state, [], info, gr.Tab(visible=reason is None), shown or "", state.loaded.image, []
 
-    async def chat(path, question, state, temperature, max_tokens, request: gr.Request, regenerate=False):
+    async def chat(path, question, state, temperature, max_tokens, after, request: gr.Request, regenerate=False):
         idle = gr.Button(interactive=True)
         if (request.session_hash or "") in runner.running:  # never two at once from one tab
             yield (
@@ -342,7 +366,7 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
             yield state, (state.chat if state else []), gr.skip(), gr.skip(), gr.skip(), "Type a question.", idle, ""
             return
         try:
-            state = start(state, path)
+            state = start(state, path, after)
         except (ServeError, GeoPilotInputError) as err:
             shown = [*(state.chat if state else []), {"role": "assistant", "content": friendly(err)}]
             yield state, shown, gr.skip(), gr.skip(), gr.skip(), friendly(err), idle, question
@@ -369,10 +393,11 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
                 "",
             )
 
-    async def ask(image, question, state):
-        """`/ask`: (answer, drawn image, trace); with no image it continues the session's conversation."""
+    async def ask(image, question, state, after=None):
+        """`/ask`: (answer, drawn image, trace); with no image it continues the session's conversation; `after`: an
+        optional second image of the same size (image is then the before)."""
         try:
-            state = start(state, image)
+            state = start(state, image, after)
             if not (question or "").strip():
                 raise ServeError(400, "Type a question.")
             turn = None
@@ -382,8 +407,8 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
             raise gr.Error(friendly(err)) from None
         return turn.answer, turn.drawn, turn.trace, state
 
-    async def regenerate(path, state, temperature, max_tokens, request: gr.Request):
-        async for update in chat(path, "", state, temperature, max_tokens, request, regenerate=True):
+    async def regenerate(path, state, temperature, max_tokens, after, request: gr.Request):
+        async for update in chat(path, "", state, temperature, max_tokens, after, request, regenerate=True):
             yield update
 
     def stop(request: gr.Request):
@@ -396,27 +421,33 @@ def build_demo(pilot, config: ServeConfig, batcher: Batcher, tools_line: str | N
         gr.on(
             [ui.ask_button.click, ui.question.submit],
             chat,
-            [ui.image, ui.question, ui.state, ui.temperature, ui.max_tokens],
+            [ui.image, ui.question, ui.state, ui.temperature, ui.max_tokens, ui.after],
             ui_outputs,
             api_visibility="private",
             trigger_mode="once",  # never two at once from one tab
         )
         ui.again_button.click(
-            regenerate, [ui.image, ui.state, ui.temperature, ui.max_tokens], ui_outputs, api_visibility="private"
+            regenerate,
+            [ui.image, ui.state, ui.temperature, ui.max_tokens, ui.after],
+            ui_outputs,
+            api_visibility="private",
         )
         ui.stop_button.click(stop, None, None, api_visibility="private", queue=False)
         ui.clear_button.click(
-            lambda s: (Conversation(image_path=s.image_path, loaded=s.loaded) if s else None, [], None, None, ""),
+            lambda s: (s.cleared() if s else None, [], None, None, ""),
             ui.state,
             [ui.state, ui.chatbot, ui.drawn, ui.trace, ui.status],
             api_visibility="private",
         )
-        ui.image.change(
+        gr.on(
+            [ui.image.change, ui.after.change],
             uploaded,
-            ui.image,
+            [ui.image, ui.after],
             [ui.state, ui.chatbot, ui.info, ui.map_tab, ui.map_view, ui.drawn, ui.trace],
             api_visibility="private",
         )
         hidden = gr.Button(visible=False)
-        hidden.click(ask, [ui.image, ui.question, ui.state], [answer, ui.drawn, ui.trace, ui.state], api_name="ask")
+        hidden.click(
+            ask, [ui.image, ui.question, ui.state, ui.after], [answer, ui.drawn, ui.trace, ui.state], api_name="ask"
+        )
     return demo

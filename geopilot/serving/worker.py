@@ -8,7 +8,7 @@
 `GeoPilotWorker` is a `fastchat.serve.base_model_worker.BaseModelWorker`: FastChat's own code registers it with
 the controller, sends heartbeats and serves the protocol routes (`/worker_generate_stream`, `/worker_generate`,
 `/worker_get_status`, `/count_token`, `/worker_get_conv_template`, `/model_details`) from its module `app`. Images
-arrive as base64 (`params["images"]`); URLs and paths are refused, nothing is fetched. Requests go through the same
+arrive as base64 (`params["images"]`, several in order: before, after); URLs and paths are refused, nothing is fetched. Requests go through the same
 `Batcher` as GeoPilot's own API, so concurrent requests share one `chat_batch`.
 
 Bad requests get FastChat's own error codes, never a 500: a body that is not a JSON object is HTTP 400 with
@@ -120,9 +120,10 @@ def geopilot_conversation() -> Conversation:
     )
 
 
-def parse_prompt(prompt: str) -> list[tuple[str, str, bool]]:
-    """The prompt FastChat built with `geopilot_conversation()` -> `(role, text, has_image)` turns, without the
-    trailing empty assistant turn. 400 for a prompt in any other shape."""
+def parse_prompt(prompt: str) -> list[tuple[str, str, int]]:
+    """The prompt FastChat built with `geopilot_conversation()` -> `(role, text, images)` turns (`images`: how many
+    image placeholders FastChat wrote into the turn), without the trailing empty assistant turn. 400 for a prompt in
+    any other shape."""
     pieces = re.split(f"[{SEP}{SEP2}]", prompt)
     if len(pieces) < 3 or pieces[-1] != f"{ROLES[1]}:":
         raise ServeError(400, "the prompt is not in the worker's conversation format (ask the worker for its template)")
@@ -137,7 +138,7 @@ def parse_prompt(prompt: str) -> list[tuple[str, str, bool]]:
             (
                 "user" if role == ROLES[0] else "assistant",
                 text.replace(IMAGE_PLACEHOLDER_STR, "").strip(),
-                IMAGE_PLACEHOLDER_STR in text,
+                text.count(IMAGE_PLACEHOLDER_STR),
             )
         )
     return turns
@@ -174,11 +175,12 @@ class GeoPilotWorker(BaseModelWorker):
 
     def _job(self, params: dict) -> tuple[Job, list[str]]:
         checked = checked_params(params, self.config.max_text_chars)
-        if len(checked.images) != 1:
-            raise ServeError(400, f"a conversation needs exactly one image, got {len(checked.images)}")
-        request = chat_request(
-            parse_prompt(checked.prompt), decode_base64_image(checked.images[0]), self.config.max_image_pixels
-        )
+        if not checked.images:
+            raise ServeError(400, "a conversation needs an image, got none")
+        if len(checked.images) > self.config.max_images:
+            raise ServeError(400, f"{len(checked.images)} images, over this worker's limit of {self.config.max_images}")
+        images = [decode_base64_image(image) for image in checked.images]  # in order: before, after
+        request = chat_request(parse_prompt(checked.prompt), images, self.config.max_image_pixels)
         temperature = checked.temperature or 0.0
         sample = temperature >= MIN_TEMPERATURE
         options = GenerationOptions(

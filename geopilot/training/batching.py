@@ -16,6 +16,7 @@ from collections import OrderedDict
 import torch
 
 from geopilot.batch import collate
+from geopilot.errors import ImageInputError
 from geopilot.families import family_of_processor
 from geopilot.image import load_image
 from geopilot.render import Rendered
@@ -93,26 +94,32 @@ class Collator:
 
     def __call__(self, rows: list[dict]) -> dict:
         batch = collate([Rendered(list(r["input_ids"]), list(r["labels"])) for r in rows], self.pad_token_id)
-        images = [r["image"] for r in rows if r["image"]]
-        if images:
-            inputs = [self._image_inputs(path) for path in images]
+        loaded = [[self._image_inputs(path) for path in r["images"]] for r in rows]  # each row's images, in order
+        for row, images in zip(rows, loaded, strict=True):
+            if len({size for _, size in images}) > 1:  # as the data check refuses them (data.check_images off)
+                sizes = ", ".join("x".join(map(str, size)) for _, size in images)
+                raise ImageInputError(f"sample {row['id']!r}: its images must be one size, got {sizes}")
+        inputs = [one for images in loaded for one, _ in images]
+        if inputs:
             batch.update({key: torch.cat([one[key] for one in inputs]) for key in inputs[0]})
             image_token_id = self.processor.image_token_id
             batch.update(self.family.vision_kwargs(image_token_id, batch["input_ids"], batch.get("image_grid_thw")))
         batch["sample_ids"] = [r["id"] for r in rows]
         return batch
 
-    def _image_inputs(self, path: str) -> dict:
-        """One image's model inputs (LLaVA: pixel_values; Qwen2.5-VL: also image_grid_thw), through the cache."""
+    def _image_inputs(self, path: str) -> tuple[dict, tuple[int, int]]:
+        """One image's model inputs (LLaVA: pixel_values; Qwen2.5-VL: also image_grid_thw) and its size, through
+        the cache."""
         if path in self._cached:
             self._cached.move_to_end(path)
             return self._cached[path]
-        inputs = self.family.image_inputs(self.processor, [load_image(path, max_pixels=self.max_pixels).image])
+        image = load_image(path, max_pixels=self.max_pixels).image
+        entry = (self.family.image_inputs(self.processor, [image]), image.size)
         if self.image_cache > 0:
-            self._cached[path] = inputs
+            self._cached[path] = entry
             if len(self._cached) > self.image_cache:
                 self._cached.popitem(last=False)
-        return inputs
+        return entry
 
 
 def padding_stats(batch: dict) -> tuple[int, int]:

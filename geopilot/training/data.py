@@ -26,12 +26,12 @@ from geopilot.boxes import BoxCodec
 from geopilot.errors import GeoPilotInputError, ImageInputError, SampleError
 from geopilot.families import family_of_processor, llava, qwen2_5_vl
 from geopilot.fileio import fingerprint
-from geopilot.image import load_image
+from geopilot.image import check_same_size, load_image
 from geopilot.sample import LoadReport, load_samples
 from geopilot.training.config import DataConfig
 from geopilot.training.mixture import Mixture, select_stage
 
-COLUMNS = ("id", "image", "modality", "source", "ability", "input_ids", "labels", "length", "skip")
+COLUMNS = ("id", "images", "modality", "source", "ability", "input_ids", "labels", "length", "skip")
 MAX_REPORTED_EXAMPLES = 20
 
 
@@ -128,10 +128,11 @@ def _render_file(path: Path, tokenizer, image_tokens: ImageTokens, cfg: DataConf
     report = LoadReport()
     columns: dict[str, list] = {name: [] for name in COLUMNS}
     for sample in load_samples(path, on_error=cfg.on_bad_line, report=report):
-        image_path = sample.image_path(path.parent)
-        try:
-            count = image_tokens.count(str(image_path)) if image_path else 0
-            boxes = image_tokens.boxes(str(image_path)) if image_path else None
+        image_paths = sample.image_paths(path.parent)
+        first = str(image_paths[0]) if image_paths else None  # a sample's images share one size: the first's
+        try:  # counts and box codec stand for each image
+            count = image_tokens.count(first) if first else 0
+            boxes = image_tokens.boxes(first) if first else None
         except ImageInputError:  # an unreadable image: the image check drops the sample (data.check_images)
             count, boxes = 0, None
         try:
@@ -141,7 +142,7 @@ def _render_file(path: Path, tokenizer, image_tokens: ImageTokens, cfg: DataConf
             ids, labels, skip = [], [], f"too_long: {err}"
         row = {
             "id": sample.id,
-            "image": str(image_path.resolve()) if image_path else "",
+            "images": [str(image_path.resolve()) for image_path in image_paths],  # in order
             "modality": sample.modality,
             "source": sample.source,
             "ability": sample.ability,
@@ -185,7 +186,7 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int | ImageTok
     features = datasets.Features(
         {
             "id": datasets.Value("string"),
-            "image": datasets.Value("string"),
+            "images": datasets.Sequence(datasets.Value("string")),
             "modality": datasets.Value("string"),
             "source": datasets.Value("string"),
             "ability": datasets.Value("string"),
@@ -209,11 +210,12 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int | ImageTok
     return datasets.load_from_disk(str(entry / "dataset")), load_report
 
 
-def _image_problem(image: str, max_pixels: int) -> str | None:
-    if not image:
-        return None
+def _image_problem(images: list[str], max_pixels: int) -> str | None:
+    """Why a sample's images cannot be trained on (unreadable, or several of different sizes), else None."""
     try:
-        load_image(image, max_pixels=max_pixels)
+        loaded = [load_image(image, max_pixels=max_pixels) for image in images]
+        if len(loaded) > 1:
+            check_same_size(loaded)
     except ImageInputError as err:
         return str(err)
     return None
@@ -240,13 +242,13 @@ def build_training_data(
     rows = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
     keep, seen = [], set()
-    for index, (sample_id, image, skip) in enumerate(zip(rows["id"], rows["image"], rows["skip"], strict=True)):
+    for index, (sample_id, images, skip) in enumerate(zip(rows["id"], rows["images"], rows["skip"], strict=True)):
         problem = None
         if sample_id in seen:
             problem = ("duplicate_id", f"sample {sample_id!r}: duplicate id, the first occurrence is kept")
         elif skip:
             problem = ("too_long", skip.removeprefix("too_long: "))
-        elif cfg.check_images and (reason := _image_problem(image, cfg.max_pixels)):
+        elif cfg.check_images and (reason := _image_problem(images, cfg.max_pixels)):
             problem = ("image", f"sample {sample_id!r}: {reason}")
         seen.add(sample_id)
         if problem:

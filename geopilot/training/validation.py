@@ -44,9 +44,9 @@ def build_eval_data(
         parts.append(dataset)
     rows = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
     keep, seen = [], set()
-    for index, (sample_id, image, skip) in enumerate(zip(rows["id"], rows["image"], rows["skip"], strict=True)):
+    for index, (sample_id, images, skip) in enumerate(zip(rows["id"], rows["images"], rows["skip"], strict=True)):
         cause = "duplicate_id" if sample_id in seen else "too_long" if skip else None
-        if cause is None and cfg.check_images and _image_problem(image, cfg.max_pixels):
+        if cause is None and cfg.check_images and _image_problem(images, cfg.max_pixels):
             cause = "image"
         seen.add(sample_id)
         if cause:

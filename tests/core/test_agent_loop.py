@@ -224,7 +224,7 @@ def test_default_registry_is_built_lazily_and_a_missing_tools_package_is_a_clear
     from geopilot.errors import GeoPilotError
 
     pilot = GeoPilot(tiny[0], tiny[1], tools=None)
-    assert "detect_objects" in pilot.tools.names() and len(pilot.tools) == 10  # configs/tools.yaml, no weights loaded
+    assert "detect_objects" in pilot.tools.names() and len(pilot.tools) == 11  # configs/tools.yaml, no weights loaded
     monkeypatch.setitem(sys.modules, "geopilot.tools.registry", None)  # as if geopilot.tools were not installed
     with pytest.raises(GeoPilotError, match="pass tools=ToolRegistry"):
         GeoPilot(tiny[0], tiny[1], tools=None).chat(image, QUESTION)

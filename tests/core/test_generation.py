@@ -118,7 +118,7 @@ def test_answer_extractor_streams_only_the_value_of_an_answer_turn():
 def test_a_streamed_byte_run_is_the_text_it_decodes_to(tiny):
     """`<0xD0><0x87>` is "Ї"; one more byte `<0xE2>` makes the run invalid, and the decoder writes one U+FFFD per
     byte: the streamer waits for the run to end instead of sending "Ї" (then the stream was not the answer)."""
-    from geopilot.generation import _streamer
+    from geopilot.generation import text_streamer
 
     tok = tiny[1].tokenizer
     ids = [
@@ -127,7 +127,7 @@ def test_a_streamed_byte_run_is_the_text_it_decodes_to(tiny):
     ]
     assert tok.decode(ids[:2]) == "Ї" and tok.decode(ids[:3]) == "\ufffd" * 3
     pieces: list[str] = []
-    streamer = _streamer(tok, pieces.append)
+    streamer = text_streamer(tok, pieces.append)
     streamer.put(torch.tensor([[tok.bos_token_id]]))  # the prompt
     for token in ids:
         streamer.put(torch.tensor([token]))

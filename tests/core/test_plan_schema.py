@@ -71,6 +71,23 @@ def test_the_untrained_models_first_turn_is_a_valid_plan_on_every_path(tiny, def
         assert not think.problems and not result.repaired
 
 
+def test_a_whole_plan_ends_even_where_min_new_tokens_holds_back_eos(tiny):
+    import torch
+
+    from geopilot.agent.plan_schema import PlanGrammars, PlanLogits
+
+    tokenizer = tiny[1].tokenizer
+    grammars = PlanGrammars.of(tokenizer, tiny[0].config.text_config.vocab_size)
+    steering = PlanLogits(grammars, [PlanConstraint(("detect_objects",))], 512)  # far from its closing window
+    prompt = torch.tensor([[1, 2, 3]])
+    steering(prompt, torch.zeros(1, grammars.vocab_size))
+    plan = tokenizer.encode('{"reasoning":"","actions":[],"value":"two"}', add_special_tokens=False)
+    scores = torch.zeros(1, grammars.vocab_size)
+    scores[0, grammars.eos] = float("-inf")  # what min_new_tokens does before the grammar
+    scores = steering(torch.cat([prompt, torch.tensor([plan])], dim=1), scores)
+    assert int(scores.argmax()) == grammars.eos and torch.isinf(scores).sum() == grammars.vocab_size - 1
+
+
 def test_a_declared_modality_keeps_the_plan_to_its_tools(tiny, default_registry, image):
     result = GeoPilot(tiny[0], tiny[1], default_registry).chat(
         image, QUESTIONS["sar_detect_all"], max_rounds=0, generation={"max_new_tokens": 80}, modality="sar"

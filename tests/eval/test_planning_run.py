@@ -414,7 +414,7 @@ def test_geopilot_agent_maps_a_chat_result_to_a_scored_run(tiny_model_dir, tiny_
         session_factory=Scripts(tiny_tokenizer, ["not a plan", plan, answer]),
     )
     agent = GeoPilotAgent(str(tiny_model_dir), registry, {"max_new_tokens": 32}, pilot=pilot)
-    run = agent.run(case, planning.image_path(case), seed=42)
+    run = agent.run(case, planning.image_paths(case), seed=42)
     assert run.dialect == "geopilot_json" and run.answer == "None found." and run.rounds == 1
     assert [(c.tool, c.ok) for c in run.calls] == [("detect_objects", True)]
     assert run.parse_error and run.raw == "not a plan"  # the repaired first turn is kept

@@ -54,12 +54,12 @@ def engine_app(model, processor, script: list[str | None], seen: list[str] | Non
             for p in m["content"]
             if p["type"] == "image_url"
         ]
-        image = Image.open(io.BytesIO(base64.b64decode(urls[0].split(",", 1)[1]))).convert("RGB")
+        images = [Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB") for url in urls]
         text = tok.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
         if seen is not None:
             seen.append(text)
-        inputs = processor(images=[image], text=text, return_tensors="pt", add_special_tokens=False)
-        inputs["pixel_values"] = pixel_values(processor, [image])
+        inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
+        inputs["pixel_values"] = pixel_values(processor, images)  # one per image part, in order
         forced = script[min(sum(m["role"] == "assistant" for m in body["messages"]), len(script) - 1)]
         with torch.inference_mode():
             out = model.generate(

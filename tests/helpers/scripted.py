@@ -165,10 +165,12 @@ class Scripts:
     def __init__(self, tokenizer, *scripts: list[str]):
         self.tokenizer, self.scripts, self.sessions = tokenizer, scripts, []
 
-    def __call__(self, prompts, pixel_values, options, **images):
-        """`images`: a family's other image inputs (Qwen2.5-VL's `image_grid_thw`: one row per image)."""
+    def __call__(self, prompts, pixel_values, options, image_counts=None, **images):
+        """`images`: a family's other image inputs (Qwen2.5-VL's `image_grid_thw`: one row per image);
+        `image_counts`: each conversation's images, when one has several."""
         rows = images["image_grid_thw"].shape[0] if "image_grid_thw" in images else pixel_values.shape[0]
-        assert rows == len(prompts)
+        assert rows == sum(image_counts or [1] * len(prompts))
+        self.image_counts = image_counts
         session = ScriptedSession(self.tokenizer, prompts, list(self.scripts))
         self.sessions.append(session)
         return session

@@ -22,3 +22,11 @@ def spa_gan_checkpoint(variant: str = "RICE1") -> Path:
     if not path.is_file():
         pytest.skip(f"real SpA-GAN weights absent: {path} not found (set GEOPILOT_WEIGHTS_DIR)")
     return path
+
+
+def bit_cd_checkpoint() -> Path:
+    """Upstream's released BIT_LEVIR checkpoint in the shared weights folder (skips when absent)."""
+    path = weights_candidate() / "bit_cd" / "BIT_LEVIR" / "best_ckpt.pt"
+    if not path.is_file():
+        pytest.skip(f"real BIT weights absent: {path} not found (set GEOPILOT_WEIGHTS_DIR)")
+    return path

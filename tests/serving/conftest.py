@@ -17,7 +17,7 @@ def scripted_pilot(tiny):
 
     def make(delay_s: float = 0.0, tool_timeout_s: float = 5.0):
         registry = ToolRegistry([Detector(boxes=2), HangingTool(), SlowTool(0.6)], timeout_s=tool_timeout_s)
-        factory = lambda prompts, pixels, options: KeywordSession(tiny[1].tokenizer, prompts, delay_s)  # noqa: E731
+        factory = lambda prompts, pixels, options, **images: KeywordSession(tiny[1].tokenizer, prompts, delay_s)  # noqa: E731
         return GeoPilot(tiny[0], tiny[1], registry, session_factory=factory, tool_timeout_s=tool_timeout_s)
 
     return make

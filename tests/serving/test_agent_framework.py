@@ -74,7 +74,7 @@ def function_tools() -> list[dict]:
         cwd=REPO,
     )
     rows = json.loads(listed.stdout)
-    assert len(rows) == 10
+    assert len(rows) == 11
     return [
         {
             "type": "function",

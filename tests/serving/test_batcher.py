@@ -73,3 +73,19 @@ def test_tools_of_different_requests_run_concurrently(scripted_pilot):
     wall = time.perf_counter() - start
     assert [r.outcome for r in results] == ["tools"] * 4 and all(r.tool_calls[0].error is None for r in results)
     assert wall < 4 * 0.6  # four 0.6 s tool calls, one per request, overlapped
+
+
+def test_jobs_with_different_settings_run_in_their_own_batches_without_stalling(scripted_pilot):
+    # jobs set aside for another key were once re-read in a loop that never ended while the batch was not full
+    batcher = Batcher(scripted_pilot(delay_s=0.05), max_batch=4, wait_s=0.05, max_pending=16)
+    try:
+        blocker = _job("what?")
+        batcher.submit(blocker)  # holds the model thread while the others queue up
+        jobs = [_job("what?") for _ in range(6)]
+        for i, job in enumerate(jobs):
+            job.options = GenerationOptions(max_new_tokens=32 + i % 3)
+            batcher.submit(job)
+        assert all(job.future.result(timeout=10).outcome == "direct" for job in [blocker, *jobs])
+        assert sorted(batcher.batches[1:]) == [2, 2, 2]  # one batch per setting, each with both of its jobs
+    finally:
+        batcher.close()

@@ -1,5 +1,6 @@
 """The Gradio demo driven in headless Chromium (Debian `chromium` + `chromium-driver`, Selenium): sign in with a
-`?key=` link, upload an image, ask, see the answer and the drawn detections, follow up, stop a long answer, clear.
+`?key=` link, upload an image, ask, see the answer and the drawn detections, follow up, stop a long answer, clear,
+add an after image (and one of another size: one line).
 A screenshot of each state goes to build/test-artifacts/ (or $GEOPILOT_ARTIFACTS_DIR); docs/images/web_*.png are
 copies of them."""
 
@@ -100,6 +101,19 @@ def test_demo_upload_ask_follow_up_stop_and_clear(scripted_pilot, tmp_path):
             driver.find_element(By.ID, "clear").click()
             wait.until(lambda d: "There are 2 planes." not in chat())
             driver.save_screenshot(str(artifacts / "web_cleared.png"))
+
+            after, small = tmp_path / "after.png", tmp_path / "small.png"  # a second date: the pair is one chat
+            after.write_bytes(png_bytes(width, height, seed=5))
+            small.write_bytes(png_bytes(32, 32, seed=6))
+            driver.find_element(By.CSS_SELECTOR, "#upload-after input[type=file]").send_keys(str(after))
+            ask("TOOL: how many planes are there now?")
+            wait.until(lambda d: "There are 2 planes." in chat() and ask_enabled(d))
+            driver.save_screenshot(str(artifacts / "web_after.png"))
+            driver.find_element(By.CSS_SELECTOR, "#upload-after button[aria-label='Clear']").click()
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#upload-after input[type=file]"))
+            driver.find_element(By.CSS_SELECTOR, "#upload-after input[type=file]").send_keys(str(small))
+            wait.until(lambda d: f"image 2 is 32x32 px but image 1 is {width}x{height}" in chat())
+            driver.find_element(By.CSS_SELECTOR, "#upload-after button[aria-label='Clear']").click()  # one image again
 
             if georeferenced is not None:  # a GeoTIFF with a CRS: the Map tab draws the footprint offline
                 driver.find_element(By.CSS_SELECTOR, "#upload button[aria-label='Clear']").click()

@@ -38,8 +38,8 @@ SCRIPT = [INVALID, VALID, None]  # by the number of assistant turns so far
 
 
 class ForcedSession(KVSession):
-    def __init__(self, model, tokenizer, prompts, pixels, options):
-        super().__init__(model, tokenizer, prompts, pixels, options)
+    def __init__(self, model, tokenizer, prompts, pixels, options, **images):
+        super().__init__(model, tokenizer, prompts, pixels, options, **images)
         self.turn = 0
 
     def generate(self, rows, tails=None, stream=None, keep_logits=False, max_new_tokens=None):
@@ -48,18 +48,21 @@ class ForcedSession(KVSession):
         return super().generate(rows, tails, stream, keep_logits, max_new_tokens)
 
 
-@pytest.mark.parametrize("seed", [5, 6])
-def test_endpoint_answers_equal_the_in_process_ones(tiny, seed):
+@pytest.mark.parametrize("seed, count", [(5, 1), (6, 1), (7, 2)])
+def test_endpoint_answers_equal_the_in_process_ones(tiny, seed, count):
+    """One image, or two (before, after: two image_url parts to the endpoint, in order)."""
     model, processor = tiny
     registry = ToolRegistry([Detector()])
-    image = np.random.default_rng(seed).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    rng = np.random.default_rng(seed)
+    images = [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(count)]
+    image = images[0] if count == 1 else images
     generation = {"max_new_tokens": 64}
     local = GeoPilot(
         model,
         processor,
         registry,
-        session_factory=lambda prompts, pixels, options: ForcedSession(
-            model, processor.tokenizer, prompts, pixels, options
+        session_factory=lambda prompts, pixels, options, **more: ForcedSession(
+            model, processor.tokenizer, prompts, pixels, options, **more
         ),
     ).chat(image, "How many planes are there?", generation=generation)
     with serving(engine_app(model, processor, SCRIPT)) as url:

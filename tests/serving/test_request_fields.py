@@ -3,6 +3,8 @@ prompt as the chat template does; n, logprobs, response_format, seed, the penalt
 
 from __future__ import annotations
 
+import copy
+
 import httpx
 import numpy as np
 import pytest
@@ -98,11 +100,17 @@ def test_what_is_done_is_accepted(recording):
     assert options.do_sample and (options.temperature, options.top_p) == (0.7, 0.9)
 
 
-def test_several_images_are_refused(server):
-    url, _ = server()
+def test_images_are_read_in_order_up_to_the_limit_and_only_from_the_first_message(server):
+    url, _ = server(max_images=2)
     client = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
     two = image_message("compare")
     two[0]["content"].append({"type": "image_url", "image_url": {"url": data_url(png_bytes(seed=1))}})
+    reply = client.chat.completions.create(model=MODEL, messages=two)
+    assert reply.choices[0].message.content  # two image parts of one size: one conversation
+    three = copy.deepcopy(two)
+    three[0]["content"].append({"type": "image_url", "image_url": {"url": data_url(png_bytes(seed=2))}})
+    sizes = image_message("compare")
+    sizes[0]["content"].append({"type": "image_url", "image_url": {"url": data_url(png_bytes(width=32, height=32))}})
     later = [{"role": "user", "content": "first"}] + [
         {"role": "assistant", "content": "ok"},
         {
@@ -113,7 +121,11 @@ def test_several_images_are_refused(server):
             ],
         },
     ]
-    for messages, needle in ((two, "exactly one image"), (later, "first user message")):
+    for messages, needle in (
+        (three, "3 images (image_url parts), over this server's limit of 2"),
+        (sizes, "the images of one chat must be the same size"),
+        (later, "first user message"),
+    ):
         with pytest.raises(BadRequestError) as refused:
             client.chat.completions.create(model=MODEL, messages=messages)
         assert needle in refused.value.message

@@ -57,6 +57,25 @@ def test_ask_draws_the_tool_results_and_a_follow_up_continues(demo_url, connect,
     assert {"plan": "Counting needs the detector."} not in follow_trace  # only this turn's reasoning
 
 
+def test_an_after_image_makes_the_question_about_the_pair(demo_url, connect, tmp_path):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    paths = {name: tmp_path / f"{name}.png" for name in ("before", "after", "small")}
+    for seed, (name, path) in enumerate(paths.items()):
+        path.write_bytes(png_bytes(*((64, 64) if name == "small" else (320, 240)), seed=seed))
+    client = connect(demo_url)
+    answer, drawn, _ = client.predict(
+        handle_file(str(paths["before"])), "TOOL: how many planes?", handle_file(str(paths["after"])), api_name="/ask"
+    )
+    assert answer == "There are 2 planes." and Image.open(drawn).size == (320, 240)  # drawn on the before image
+    with pytest.raises(AppError, match="image 2 is 64x64 px but image 1 is 320x240") as caught:
+        client.predict(
+            handle_file(str(paths["before"])), "what changed?", handle_file(str(paths["small"])), api_name="/ask"
+        )
+    assert "\n" not in str(caught.value.message)
+
+
 def test_a_first_question_without_an_image_and_a_corrupt_upload_are_one_line_errors(demo_url, connect, tmp_path):
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError

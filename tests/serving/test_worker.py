@@ -138,3 +138,22 @@ def test_stop_is_honoured_by_the_worker(worker):
     made, _ = worker()
     reply = made.generate_gate(_params("TOOL: planes?", stop=" planes"))
     assert reply["text"] == "There are 2", reply
+
+
+def test_the_worker_reads_its_image_list_in_order(worker):
+    """FastChat writes one image placeholder per image into the turn and sends `images` in order."""
+    from geopilot.serving.worker import SEP
+
+    made, _ = worker(max_images=2)
+    before, after = (base64.b64encode(png_bytes(seed=seed)).decode() for seed in (0, 1))
+    prompt = f"{SEP}USER: $$<image>$$$$<image>$$What changed?{SEP}ASSISTANT:"
+    job, _ = made._job({"prompt": prompt, "images": [before, after]})
+    assert [np.asarray(i.image).tolist() for i in job.request["image"]] == [
+        np.asarray(Image.open(io.BytesIO(png_bytes(seed=seed)))).tolist() for seed in (0, 1)
+    ]
+    assert made.generate_gate({"prompt": prompt, "images": [before, after]})["error_code"] == 0
+    over = made.generate_gate({"prompt": prompt, "images": [before, after, before]})
+    assert over["error_code"] == VALIDATION and "3 images, over this worker's limit of 2" in over["text"]
+    small = base64.b64encode(png_bytes(width=32, height=32)).decode()
+    sizes = made.generate_gate({"prompt": prompt, "images": [before, small]})
+    assert sizes["error_code"] == VALIDATION and "same size" in sizes["text"]

@@ -39,6 +39,11 @@ def record(tmp_path) -> AnnotationRecord:
     labels[19, 39] = 255  # ignored pixel
     Image.fromarray(labels, "L").save(tmp_path / "mask.png")
     Image.new("RGB", (W, H), (10, 200, 30)).save(tmp_path / "clear.png")
+    change = np.zeros((H, W), dtype=np.uint8)
+    change[2:6, 3:9] = 255  # LEVIR-CD's 0/255 labels: two regions, 24 and 4 pixels
+    change[15:17, 30:32] = 255
+    Image.fromarray(change, "L").save(tmp_path / "change.png")
+    Image.new("RGB", (W, H), (90, 80, 70)).save(tmp_path / "after.png")
     return AnnotationRecord(
         source="TEST",
         image="scene.png",
@@ -56,6 +61,8 @@ def record(tmp_path) -> AnnotationRecord:
             ((0.0, 0.5), (0.5, 0.5), (1.0, 0.5), (0.5, 1.0)), ((0, 1), (1, 0), (1, 2), (1, 3), (2, 2))
         ),
         cloud_free_image="clear.png",
+        after_image="after.png",
+        change_mask="change.png",
     )
 
 
@@ -123,13 +130,34 @@ def test_missing_annotation_kinds_are_clear_errors(record):
         AnnotationBackend(record).call("count")
 
 
-def test_registry_built_on_annotations_serves_all_ten_tools(record, tmp_path):
+def test_changes_are_exactly_the_labelled_pixels(record, tmp_path):
+    out = AnnotationBackend(record, root=tmp_path).call("detect_changes")
+    label = np.asarray(Image.open(tmp_path / "change.png")) > 0
+    (segment,) = out.segments
+    assert np.array_equal(mask_utils.decode({"size": [H, W], "counts": segment.mask.counts.encode()}) > 0, label)
+    assert out.data == {"changed_fraction": round(28 / 800, 6), "changed_objects": 2}
+    assert [(d.label, d.box, d.area) for d in out.detections] == [
+        ("change", (0.075, 0.1, 0.225, 0.3), 0.03),
+        ("change", (0.75, 0.75, 0.8, 0.85), 0.005),
+    ]
+    regions, mask = out.artifacts
+    assert (regions.kind, mask.kind, mask.path) == ("image", "mask", str((tmp_path / "change.png").resolve()))
+    kept = np.asarray(Image.open(regions.path))
+    assert (kept[label] == (90, 80, 70)).all() and not kept[~label].any()
+    levir = AnnotationRecord(**{**record.__dict__, "source": "LEVIR-CD"})
+    counted = AnnotationBackend(levir, root=tmp_path).call("detect_changes", {"classes": ["buildings"]})
+    assert {d.label for d in counted.detections} == {"building"}
+    other = AnnotationBackend(levir, root=tmp_path).call("detect_changes", {"classes": ["road"]})
+    assert other.detections == [] and other.message == "the annotations label building change only"
+
+
+def test_registry_built_on_annotations_serves_all_tools(record, tmp_path):
     registry = build_registry(annotations=record, annotations_root=tmp_path)
     image = load_image(Image.new("RGB", (W, H)))
     params = {"categories": ["plane"], "classes": ["water"], "expression": "all planes"}
     for spec in TASKS:
-        wanted = {k: v for k, v in params.items() if k in spec.params_model.model_fields}
-        result = registry.call(Action(tool=spec.name, params=wanted), image)
+        wanted = {k: v for k, v in params.items() if k in spec.params_model.model_fields and spec.image_count == 1}
+        result = registry.call(Action(tool=spec.name, params=wanted), image, images=[image] * spec.image_count)
         assert result.ok, (spec.name, result.error)
         assert result.output.provenance == "annotations"
 

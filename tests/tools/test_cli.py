@@ -23,7 +23,7 @@ def test_list_json_has_every_tool_with_schema_and_status(capsys, tmp_path, monke
     (tmp_path / "spa_gan" / "RICE1" / "gen_model_epoch_200.pth").write_bytes(b"x")
     assert main(["tools", "list", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
-    assert len(rows) == 10
+    assert len(rows) == 11
     assert rows["remove_clouds"]["status"] == "ready"
     assert rows["detect_objects"]["status"] == "weights missing" and rows["detect_objects"]["status_detail"].startswith(
         "weights not found: put lae_dino at"
@@ -76,3 +76,27 @@ def test_usage_errors_and_help(capsys):
     assert main(["tools", "run", "detect_all"]) == 2  # --image is required
     assert main(["tools", "run", "--help"]) == 0
     assert "--params" in capsys.readouterr().out
+
+
+def test_run_takes_several_images_in_order_and_names_the_one_a_tool_reads(capsys, tmp_path):
+    """With the example tools (they answer from the annotations of examples/images/, recognising each by its
+    pixels), `"image": "input:2"` runs on the second --image; two sizes are one line and exit 2."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    examples = root / "examples" / "images"
+    base = ["tools", "run", "detect_all", "--tools-config", str(root / "configs" / "tools_examples.yaml"), "--json"]
+    pair = ["--image", str(examples / "town.png"), "--image", str(examples / "airport.png")]
+    assert main([*base, *pair, "--params", '{"image": "input:2"}']) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["output"]["computed_on"] == "input:2"
+    assert main([*base, "--image", str(examples / "airport.png")]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["output"]["detections"] and second["output"]["detections"] == alone["output"]["detections"]
+    assert main([*base, *pair]) == 0
+    assert json.loads(capsys.readouterr().out)["output"]["computed_on"] == "input"
+    small = tmp_path / "small.png"
+    Image.new("RGB", (16, 12)).save(small)
+    assert main([*base, "--image", str(examples / "town.png"), "--image", str(small)]) == 2
+    err = capsys.readouterr().err
+    assert "image 2 is 16x12 px but image 1 is 256x256" in err and len(err.strip().splitlines()) == 1

@@ -7,11 +7,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from geopilot.cli import main
 from geopilot.image import load_image
 from geopilot.sample import Action
+from geopilot.tool_output import decode_mask
 from geopilot.tools.example_images import NO_ANNOTATIONS, QUESTIONS, ExampleAnnotationsError, ExampleSet
 from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry
 from geopilot.tools.task_tools import TASKS
@@ -43,7 +46,7 @@ def test_the_examples_cover_every_tool_and_both_modalities():
     images = json.loads(ANNOTATIONS.read_text())["images"]
     questions = json.loads((IMAGES / QUESTIONS).read_text())
     assert len(images) >= 8 and {i["modality"] for i in images} == {"optical", "sar"}
-    assert {q["tool"] for q in questions} == {spec.name for spec in TASKS}
+    assert {q["tool"] for q in questions} == {spec.name for spec in TASKS if spec.image_count == 1}
     assert all((IMAGES / q["image"]).is_file() for q in questions)
     assert "CC0" in (IMAGES / "README.md").read_text()
 
@@ -51,8 +54,10 @@ def test_the_examples_cover_every_tool_and_both_modalities():
 @pytest.mark.parametrize("image", example_images(), ids=lambda p: p.stem)
 def test_every_tool_runs_on_every_example_image(registry, image):
     loaded = load_image(image)
-    for spec in TASKS:
-        result = registry.call(Action(tool=spec.name, params=PARAMS.get(spec.name, {})), loaded)
+    for spec in TASKS:  # a two-image tool on the picture twice: annotated change, or "nothing of this kind"
+        action = Action(tool=spec.name, params=PARAMS.get(spec.name, {}))
+        pair = [load_image(IMAGES / "changes_after.png") if image.name == "changes_before.png" else loaded]
+        result = registry.call(action, loaded, images=[loaded, *pair] if spec.image_count == 2 else None)
         assert result.ok, (spec.name, image.name, result.error)
         assert result.output.provenance == "annotations"
 
@@ -74,8 +79,18 @@ def test_the_tools_answer_the_truth(registry):
     assert [d.label for d in sar.output.detections] == ["ship"]
 
 
+def test_the_change_pair_answers_its_label_and_refuses_another_after_image(registry):
+    before, after = load_image(IMAGES / "changes_before.png"), load_image(IMAGES / "changes_after.png")
+    result = registry.call(Action(tool="detect_changes", params={}), before, images=[before, after])
+    label = np.asarray(Image.open(IMAGES / "change" / "changes.png")) > 0
+    (segment,) = result.output.segments
+    assert np.array_equal(decode_mask(segment.mask).astype(bool), label) and label.any()
+    assert result.output.data["changed_objects"] == len(result.output.detections) >= 1
+    wrong = registry.call(Action(tool="detect_changes", params={}), before, images=[before, before])
+    assert not wrong.ok and "image 2 is not the after image annotated for changes_before" in wrong.error
+
+
 def test_a_user_image_is_a_tool_error_and_the_loop_goes_on(registry):
-    from PIL import Image
 
     user = load_image(Image.new("RGB", (64, 64), (90, 120, 60)))
     result = registry.call(Action(tool="detect_all", params={}), user)
@@ -88,7 +103,7 @@ def test_tools_list_shows_every_tool_ready(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["tools", "list", "--tools-config", "configs/tools_examples.yaml", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 10 and {row["status"] for row in rows} == {"ready"}
+    assert len(rows) == len(TASKS) and {row["status"] for row in rows} == {"ready"}
     assert {row["backend"] for row in rows} == {"annotations"}
 
 

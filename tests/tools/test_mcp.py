@@ -49,6 +49,29 @@ def _text(result) -> str:
     return result.content[0].text
 
 
+def test_detect_changes_takes_both_images_in_order(tmp_path):
+    label = np.zeros((16, 16), dtype=np.uint8)
+    label[4:8, 2:10] = 255
+    Image.fromarray(label).save(tmp_path / "change.png")
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(tmp_path / "after.png")
+    record = AnnotationRecord("LEVIR-CD", "x.png", 16, 16, after_image="after.png", change_mask="change.png")
+    server = build_server(build_registry(annotations=record, annotations_root=tmp_path), max_pixels=10_000)
+
+    async def session():
+        async with Client(server) as client:
+            both = await client.call_tool("detect_changes", {"images": [_png_base64(), _png_base64()]})
+            one = await client.call_tool("detect_changes", {"images": [_png_base64()]})
+            bare = await client.call_tool("detect_changes", {"image": _png_base64()})
+            return both, one, bare
+
+    both, one, bare = _run(session)
+    assert not both.is_error, _text(both)
+    output = ToolOutput.model_validate_json(_text(both))
+    assert output.data == {"changed_fraction": 0.125, "changed_objects": 1} and output.detections[0].label == "building"
+    assert one.is_error and _text(one).endswith("this chat has 1: image 2 is missing")
+    assert bare.is_error and "image: unexpected parameter" in _text(bare)
+
+
 def test_in_process_list_call_and_errors(tmp_path):
     registry = build_registry(annotations=_record())
     server = build_server(registry, max_pixels=10_000, access=ImageAccessPolicy.from_roots([tmp_path]))
@@ -77,10 +100,15 @@ def test_in_process_list_call_and_errors(tmp_path):
     by_name = {t.name: t for t in listed}
     for schema in registry.schemas():
         mcp_schema = by_name[schema["name"]].input_schema
-        assert mcp_schema["required"][0] == "image"
-        without_image = lambda properties: {k: v for k, v in properties.items() if k != "image"}  # noqa: E731
+        name = "images" if schema["name"] == "detect_changes" else "image"  # a two-image tool: both, in order
+        assert mcp_schema["required"][0] == name
+        without_image = lambda properties: {k: v for k, v in properties.items() if k not in ("image", "images")}  # noqa: E731
         assert without_image(mcp_schema["properties"]) == without_image(schema["input_schema"].get("properties", {}))
-        assert "result:N" in mcp_schema["properties"]["image"]["description"]  # a chat's reference, not MCP's
+        image_schema = mcp_schema["properties"][name]
+        if name == "images":
+            assert (image_schema["minItems"], image_schema["maxItems"]) == (2, 2)
+            image_schema = image_schema["items"]
+        assert "result:N" in image_schema["description"]  # a chat's reference, not MCP's
         assert by_name[schema["name"]].description == schema["description"]
     for ok in (ok_path, ok_b64):
         assert not ok.is_error
@@ -121,7 +149,7 @@ def test_stdio_subprocess_lists_tools_runs_spa_gan_and_reports_errors():
             return listed, restored, bad
 
     listed, restored, bad = _run(session)
-    assert len(listed) == 10 and all(t.input_schema["type"] == "object" for t in listed)
+    assert len(listed) == 11 and all(t.input_schema["type"] == "object" for t in listed)
     assert not restored.is_error, _text(restored)
     (artifact,) = ToolOutput.model_validate_json(_text(restored)).artifacts
     expected = np.asarray(Image.open(FIXTURES / "spagan_rice1_expected_64.png"), dtype=np.int16)
@@ -148,5 +176,5 @@ def test_http_transport_serves_the_same_tools(tmp_path):
                 return listed, bad
 
         listed, bad = _run(session)
-    assert len(listed) == 10
+    assert len(listed) == 11
     assert bad.is_error and "expression: String should have at least 1 character" in _text(bad)

@@ -25,6 +25,7 @@ DESIGN_TABLE = {  # docs/design.md §4: tool -> (backend, modality, required par
     "remove_clouds": ("spa_gan", "optical", []),
     "sar_detect_all": ("denodet", "sar", []),
     "sar_ground": ("lae_dino", "sar", ["expression"]),
+    "detect_changes": ("bit_cd", "optical", []),
 }
 
 

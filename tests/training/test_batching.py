@@ -59,7 +59,7 @@ def test_the_image_cache_gives_the_same_pixels_and_stays_bounded(tmp_path, tiny_
         paths.append(str(tmp_path / f"{i}.png"))
         Image.new("RGB", (40 + 8 * i, 40), colour).save(paths[-1])
     rows = [
-        {"id": str(i), "image": p, "input_ids": [5, 6, 7][: 1 + i % 3], "labels": [-100, 6, 7][: 1 + i % 3]}
+        {"id": str(i), "images": [p], "input_ids": [5, 6, 7][: 1 + i % 3], "labels": [-100, 6, 7][: 1 + i % 3]}
         for i, p in enumerate(paths + paths[::-1])
     ]
     processor = build_processor(tiny_tokenizer, image_size=32, patch_size=8)
@@ -67,7 +67,7 @@ def test_the_image_cache_gives_the_same_pixels_and_stays_bounded(tmp_path, tiny_
     for start in (0, 3, 0):
         expected = plain(rows[start : start + 3])
         got = cached(rows[start : start + 3])
-        batched = pixel_values(processor, [load_image(r["image"]).image for r in rows[start : start + 3]])
+        batched = pixel_values(processor, [load_image(r["images"][0]).image for r in rows[start : start + 3]])
         assert torch.equal(got["pixel_values"], batched) and torch.equal(expected["pixel_values"], batched)
         assert torch.equal(got["input_ids"], expected["input_ids"]) and got["sample_ids"] == expected["sample_ids"]
         assert len(cached._cached) == 2  # used, and bounded

@@ -86,3 +86,36 @@ def test_cache_is_reused_and_invalidated_by_its_inputs(tmp_path, processor_and_t
     shorter = build([path], tmp_path, processor_and_tokens)
     assert len(list((tmp_path / "cache").iterdir())) == 3 and len(shorter.dataset) == 5
     assert json.loads((tmp_path / "cache" / entries[0] / "load_report.json").read_text())["loaded"] == 6
+
+
+def test_a_two_image_sample_keeps_its_images_in_order_and_a_pair_of_two_sizes_is_a_counted_skip(
+    tmp_path, processor_and_tokens
+):
+    from PIL import Image
+
+    from geopilot.tokenizer import IMAGE_TOKEN
+
+    processor, tokens = processor_and_tokens
+    folder = tmp_path / "pairs"
+    for name, size in (("A/1.png", (32, 32)), ("B/1.png", (32, 32)), ("A/2.png", (32, 32)), ("B/2.png", (20, 32))):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", size, (len(name) * 9, 80, 120)).save(folder / name)
+    lines = [
+        {
+            "id": f"pair/{n}",
+            "images": [f"A/{n}.png", f"B/{n}.png"],
+            "messages": [
+                {"role": "user", "content": "<image>\n<image>\nWhat changed?"},
+                {"role": "assistant", "reasoning": "Compare.", "actions": [], "value": "A new road."},
+            ],
+        }
+        for n in (1, 2)
+    ]
+    path = folder / "pairs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = build([path], tmp_path, processor_and_tokens, max_skip_fraction=0.5)
+    assert data.skipped == {"image": 1} and "image 2 is 20x32 px but image 1 is 32x32" in data.skip_examples[0]
+    [row] = data.dataset
+    assert row["images"] == [str((folder / "A/1.png").resolve()), str((folder / "B/1.png").resolve())]
+    image_id = processor.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+    assert row["input_ids"].count(image_id) == 2 * tokens  # the per-image budget, twice
