@@ -20,8 +20,9 @@ from pathlib import Path
 
 from output import emit  # benchmarks/output.py (this folder is on sys.path when run as a script)
 
+from geopilot.commands.demo import choose_base
 from geopilot.demo.run import read_results, run_demo
-from geopilot.demo.settings import DemoSettings, Layout
+from geopilot.demo.settings import BASES, DemoSettings, Layout
 
 TARGET_MINUTES = 10.0  # the default demo, worked examples included
 TARGET_OPA = 0.85
@@ -87,12 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/bench_demo", help="scratch folder (deleted and rewritten)")
     parser.add_argument("--quick", action="store_true", help="time the --quick preset instead of the default")
+    parser.add_argument(
+        "--base", choices=BASES, default=None, help="the language model (default: as `geopilot demo` chooses it)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the demo's, 2)")
     parser.add_argument("--twice", action="store_true", help="run again with the same seed and compare the metrics")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    settings = DemoSettings.preset(args.quick, args.seed, args.threads)
+    base = choose_base(argparse.Namespace(base=args.base, quick=args.quick, model_family="llava"))
+    settings = DemoSettings.preset(args.quick, args.seed, args.threads, base=base)
     runs = [one_run(Path(args.out) / "run1", settings)]
     if args.twice:
         runs.append(one_run(Path(args.out) / "run2", settings))
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "torch_threads": settings.threads,
         "preset": "quick" if args.quick else "default",
+        "base": base,
         "runs": runs,
         "minutes": round(first["seconds"] / 60, 2),
         "time_target_met": first["seconds"] / 60 <= TARGET_MINUTES,

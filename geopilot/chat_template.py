@@ -25,7 +25,7 @@ from geopilot.tool_output import llm_view
 from geopilot.wire import ASSISTANT_ROLE, SYSTEM_PROMPT, USER_ROLE, assistant_json, dumps, question_text
 
 _TEMPLATE = """\
-{#- GeoPilot's wire format (Vicuna v1); docs/chat_template.md describes the message form. -#}
+{#- GeoPilot's wire format; docs/chat_template.md describes the message form. -#}
 {%- macro text_of(content, role) -%}
     {%- if content is string -%}
         {{- content -}}
@@ -41,8 +41,9 @@ _TEMPLATE = """\
     {%- endif -%}
 {%- endmacro -%}
 {%- macro close_user_turn(next_role) -%}
+    @USER_CLOSE@
     {%- if next_role == 'assistant' or (next_role is none and add_generation_prompt) -%}
-        {{- ' @ASSISTANT@' -}}
+        {{- @ASSISTANT_OPEN@ -}}
     {%- endif -%}
 {%- endmacro -%}
 {%- set ns = namespace(system=@SYSTEM@, question='') -%}
@@ -51,8 +52,7 @@ _TEMPLATE = """\
     {%- set ns.system = text_of(messages[0]['content'], 'system') -%}
     {%- set conversation = messages[1:] -%}
 {%- endif -%}
-{{- bos_token -}}
-{%- for message in conversation -%}
+@BOS@{%- for message in conversation -%}
     {%- set role = message['role'] -%}
     {%- set previous = none if loop.first else loop.previtem['role'] -%}
     {%- set next_role = none if loop.last else loop.nextitem['role'] -%}
@@ -64,9 +64,9 @@ _TEMPLATE = """\
         {%- set images = (0 if message['content'] is string else message['content'] | selectattr('type', 'in', ['image', 'image_url']) | list | length) + text.count(@IMAGE@) -%}
         {%- set ns.question = text | replace(@IMAGE@, '') | trim -%}
         {%- if loop.first -%}
-            {{- ' ' + (ns.system + ' ' if ns.system else '') -}}
+            {{- @SYSTEM_TURN@ -}}
         {%- endif -%}
-        {{- '@USER@ ' + @IMAGE_LINE@ * images + (ns.question if images else text) -}}
+        {{- @USER_OPEN@ + @IMAGE_LINE@ * images + (ns.question if images else text) -}}
         {{- close_user_turn(next_role) -}}
     {%- elif role == 'tool' -%}
         {%- if message['name'] is not defined or message['name'] is not string or not message['name'] -%}
@@ -75,7 +75,7 @@ _TEMPLATE = """\
         {%- if previous not in ['assistant', 'tool'] -%}
             {{- raise_exception('a tool message must follow the assistant message that called the tool') -}}
         {%- endif -%}
-        {{- '\\n' if previous == 'tool' else '@USER@ ' -}}
+        {{- '\\n' if previous == 'tool' else @USER_OPEN@ -}}
         {{- message['name'] + ' output: ' + text_of(message['content'], 'tool') -}}
         {%- if next_role != 'tool' -%}
             {{- '\\n\\nAnswer my first question: ' + ns.question -}}
@@ -86,8 +86,9 @@ _TEMPLATE = """\
             {{- raise_exception('an assistant message must follow a user or tool message') -}}
         {%- endif -%}
         {%- generation -%}
-            {{- ' ' + text_of(message['content'], 'assistant') + eos_token -}}
+            {{- @ASSISTANT_TEXT@ -}}
         {%- endgeneration -%}
+        @AFTER_ASSISTANT@
     {%- elif role == 'system' -%}
         {{- raise_exception('a system message may only be the first message') -}}
     {%- else -%}
@@ -96,13 +97,51 @@ _TEMPLATE = """\
 {%- endfor -%}
 """
 
-CHAT_TEMPLATE = (
-    _TEMPLATE.replace("@SYSTEM@", json.dumps(SYSTEM_PROMPT))
-    .replace("@IMAGE_LINE@", json.dumps(IMAGE_PLACEHOLDER + "\n"))
-    .replace("@IMAGE@", json.dumps(IMAGE_PLACEHOLDER))
-    .replace("@USER@", USER_ROLE)
-    .replace("@ASSISTANT@", ASSISTANT_ROLE)
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"  # ChatML's turn delimiters (special tokens of its tokenizer)
+
+
+def _fill(parts: dict[str, str]) -> str:
+    text = _TEMPLATE.replace("@SYSTEM@", json.dumps(SYSTEM_PROMPT))
+    for marker, value in parts.items():
+        text = text.replace(marker, value)
+    return text.replace("@IMAGE_LINE@", json.dumps(IMAGE_PLACEHOLDER + "\n")).replace(
+        "@IMAGE@", json.dumps(IMAGE_PLACEHOLDER)
+    )
+
+
+# Vicuna v1, LLaVA-1.5's: `<s> {system} USER: ... ASSISTANT: {json}</s>USER: ...`
+CHAT_TEMPLATE = _fill(
+    {
+        "@BOS@": "{{- bos_token -}}\n",
+        "@SYSTEM_TURN@": "' ' + (ns.system + ' ' if ns.system else '')",
+        "@USER_OPEN@": json.dumps(USER_ROLE + " "),
+        "@USER_CLOSE@": "",
+        "@ASSISTANT_OPEN@": json.dumps(" " + ASSISTANT_ROLE),
+        "@ASSISTANT_TEXT@": "' ' + text_of(message['content'], 'assistant') + eos_token",
+        "@AFTER_ASSISTANT@": "",
+    }
 )
+
+# ChatML, for a language model instruction-tuned on it (SmolLM2-135M-Instruct): every message is
+# `<|im_start|>{role}\n{content}<|im_end|>\n`; tool outputs are one user message, as in Vicuna's wire text
+CHATML_TEMPLATE = _fill(
+    {
+        "@BOS@": "",
+        "@SYSTEM_TURN@": f"({json.dumps(IM_START + 'system' + chr(10))} + ns.system + {json.dumps(IM_END + chr(10))} if ns.system else '')",
+        "@USER_OPEN@": json.dumps(IM_START + "user\n"),
+        "@USER_CLOSE@": "{{- " + json.dumps(IM_END + "\n") + " -}}",
+        "@ASSISTANT_OPEN@": json.dumps(IM_START + "assistant\n"),
+        "@ASSISTANT_TEXT@": "text_of(message['content'], 'assistant') + " + json.dumps(IM_END),
+        "@AFTER_ASSISTANT@": "{{- '\\n' -}}",
+    }
+)
+
+
+def current_template(saved) -> str:
+    """The template a loaded tokenizer gets: ChatML's for any version of GeoPilot's ChatML template (an export keeps
+    its kind when the template text changes between versions), else Vicuna's (upstream templates included)."""
+    ours = isinstance(saved, str) and saved.startswith("{#- GeoPilot's wire format")  # every version's first words
+    return CHATML_TEMPLATE if ours and IM_START in saved else CHAT_TEMPLATE
 
 
 def hf_messages(messages: list[Message], system: str | None = None, boxes: BoxCodec | None = None) -> list[dict]:

@@ -7,6 +7,8 @@ resolution). Ways to build it (`ModelConfig.init`):
   clip_vicuna  llava: a CLIP-ViT-L/14-336 directory + a Vicuna-7B-v1.5 directory + a fresh 2-layer GELU projector
   pretrained   qwen2_5_vl: a Qwen2.5-VL directory as transformers writes it (`path`)
   tiny         a small random model of the family, for tests and CPU runs
+  tiny_vision  llava: a small random vision tower (`tiny`'s vision sizes) + a fresh projector in front of a causal
+               LM directory (`llm_path`; the CPU demo's SmolLM2-135M-Instruct)
 LLaVA always: vision feature layer -2, feature select "default" (CLS dropped), pad-to-square with the CLIP mean colour.
 Saved models load in plain transformers and vLLM; `load_model` picks the family from config.json's `model_type`.
 """
@@ -56,16 +58,16 @@ class TinyModelConfig(StrictConfig):
     seed: int = 0
 
 
-FAMILY_INITS = {"llava": ("tiny", "llava_hf", "clip_vicuna"), "qwen2_5_vl": ("tiny", "pretrained")}
+FAMILY_INITS = {"llava": ("tiny", "llava_hf", "clip_vicuna", "tiny_vision"), "qwen2_5_vl": ("tiny", "pretrained")}
 
 
 class ModelConfig(StrictConfig):
     family: Literal["llava", "qwen2_5_vl"] = "llava"
-    init: Literal["llava_hf", "clip_vicuna", "pretrained", "tiny"] = "tiny"
+    init: Literal["llava_hf", "clip_vicuna", "pretrained", "tiny", "tiny_vision"] = "tiny"
     path: str | None = None  # init=pretrained: a model directory of the family (e.g. a Qwen2.5-VL-7B-Instruct copy)
     llava_path: str | None = None  # init=llava_hf: a llava-hf checkpoint directory
     vision_path: str | None = None  # init=clip_vicuna: CLIP ViT-L/14-336 (CLIPModel or CLIPVisionModel directory)
-    llm_path: str | None = None  # init=clip_vicuna: Vicuna-7B-v1.5 (LlamaForCausalLM directory)
+    llm_path: str | None = None  # init=clip_vicuna: Vicuna-7B-v1.5; tiny_vision: any causal LM directory
     tokenizer_path: str | None = None  # default: llava_path or llm_path; tiny: this dir, else a BPE trained in-process
     vision_feature_layer: int = -2
     pad_vocab_to_multiple_of: int = 64  # llava-hf pads 32002 -> 32064

@@ -100,6 +100,16 @@ def render_turns(
     return Rendered(ids, labels)
 
 
+def tail_ids(tokenizer, text: str) -> list[int]:
+    """A later user turn (tool outputs, a repair request) after a generated `...</s>`: `USER: {text} ASSISTANT:`."""
+    return encode_text(tokenizer, user_turn_text(text, first=False))
+
+
+def assistant_ids(tokenizer, text: str) -> list[int]:
+    """An assistant turn as the renderer writes it: ` {json}</s>`."""
+    return encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
+
+
 def render_sample(
     sample: Sample,
     tokenizer,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geopilot.chat_template import CHAT_TEMPLATE
+from geopilot.chat_template import current_template
 from geopilot.errors import ConfigError
 from geopilot.sample import IMAGE_PLACEHOLDER
 
@@ -36,16 +36,17 @@ def load_tokenizer(path: str | Path):
     return prepare_tokenizer(tokenizer)
 
 
-def prepare_tokenizer(tokenizer):
+def prepare_tokenizer(tokenizer, chat_template: str | None = None):
     """Add the image and pad tokens (as special, so text never produces them), set the wire format's chat
-    template (what an export saves for transformers and vLLM) and verify segment safety."""
+    template (what an export saves for transformers and vLLM; `chat_template`, else the current version of the
+    GeoPilot template the tokenizer carries, else Vicuna's) and verify segment safety."""
     missing = [t for t in (IMAGE_TOKEN,) if t not in tokenizer.get_vocab()]
     if missing:
         tokenizer.add_special_tokens({"additional_special_tokens": missing})
     if tokenizer.pad_token is None:
         tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
     tokenizer.padding_side = "right"
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template or current_template(tokenizer.chat_template)
     check_segment_safe(tokenizer)
     return tokenizer
 

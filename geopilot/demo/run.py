@@ -27,9 +27,23 @@ SECONDS_PER_TRAIN_SAMPLE_EPOCH = {
 SECONDS_PER_EVAL_CASE = 0.3
 SECONDS_PER_CHAIN_CASE = 0.3  # 124 chain cases: 27-33 s
 SECONDS_FOR_EXAMPLES = 15  # the worked examples: ten chats with the example tools
+# base smollm2 (docs/demo.md, "SmolLM2"): converting the GGUF file; a LoRA step per sample of ~300 tokens on 2 cores;
+# one planning or chain case (a ~300-token prefill, a plan and an answer of up to max_new_tokens)
+SMOLLM2_CONVERT_SECONDS = 30
+SMOLLM2_SECONDS_PER_STEP_SAMPLE = 1.7
+SMOLLM2_SECONDS_PER_CASE = 6.0
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
+    if settings.base == "smollm2":
+        steps = (settings.stage1_steps or 0) + (settings.stage2_steps or 0)
+        return (
+            SECONDS_PER_SCENE * (settings.optical + settings.sar)
+            + SMOLLM2_CONVERT_SECONDS
+            + SMOLLM2_SECONDS_PER_STEP_SAMPLE * settings.batch_size * steps
+            + SMOLLM2_SECONDS_PER_CASE * (settings.eval_cases + settings.chain_cases + 10)  # + the worked examples
+            + 90  # process start-ups (each loads the 135 M model), tokenisation, plots
+        )
     # samples generate makes of the scenes: per scene 7.74 optical and 1.92 SAR tool samples per samples_per_record,
     # plus 9 optical (GeoChat-Instruct) and 4 SAR (SARLANG-1M) tool-free ones (measured: 4434 of 80, 930 of 60)
     # and the chain traces on top, `chain_share` of each stage's samples
@@ -52,8 +66,23 @@ def run_dir(layout: Layout, settings: DemoSettings) -> RunDir:
     return RunDir(layout.out, settings.model_dump(mode="json"), layout.settings.name, "demo run")
 
 
+def check_base(layout: Layout, settings: DemoSettings) -> None:
+    """A folder started on the other language-model base is refused naming the setting (folders from before the
+    setting existed are `scratch`'s); anything else about the record is RunDir's to judge."""
+    try:
+        started = json.loads(layout.settings.read_text(encoding="utf-8"))["settings"].get("base", "scratch")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if started != settings.base:
+        raise GeoPilotInputError(
+            f"{str(layout.out)!r} holds a demo made with --base {started}, not --base {settings.base}: rerun with "
+            f"--base {started} to resume it, or use a new --out folder"
+        )
+
+
 def check_out_dir(layout: Layout, settings: DemoSettings) -> bool:
     """True when the folder holds this very demo, finished. Raises GeoPilotInputError when it must not be used."""
+    check_base(layout, settings)
     if not run_dir(layout, settings).check():
         return False
     read_results(layout)  # every phase marker readable, before any phase runs

@@ -1,6 +1,8 @@
 """What one `geopilot demo` run is: every setting that decides its result, and the folder it lives in.
 
-Two presets: the default (the README's main job, ~12 min on 2 idle CPU cores) and `--quick` (the slow test suite).
+Two presets: the default (the README's main job, ~10 min on 2 idle CPU cores) and `--quick` (the slow test suite),
+each on one of two language-model bases (`base`): `scratch` (a tiny Llama trained from nothing on the demo's own BPE)
+or `smollm2` (SmolLM2-135M-Instruct from the `demo` extra, fine-tuned; the default's base when it is installed).
 `fingerprint()` hashes every setting; an out folder remembers the fingerprint it was started with, so a run with
 other settings never mixes with it.
 """
@@ -18,6 +20,7 @@ from geopilot.families.qwen2_5_vl import TinyQwenConfig
 from geopilot.fileio import fingerprint
 from geopilot.model import TinyModelConfig
 
+BASES = ("scratch", "smollm2")  # the language model under the demo's LLaVA (docs/demo.md)
 PHASES = ("data", "stage1", "stage2", "evaluate", "chain_eval", "chats", "examples", "report")
 MAX_THREADS = 256  # torch threads; more is a typo (100000 threads exhausted the process)
 
@@ -28,6 +31,7 @@ def available_cpus() -> int:
 
 class DemoSettings(StrictConfig):
     seed: int = 0
+    base: Literal["scratch", "smollm2"] = "scratch"  # smollm2: the vision tower and projector of `model`, its LM
     optical: int = Field(default=80, ge=4, le=1000)  # synthetic optical scenes (geopilot synth --optical)
     sar: int = Field(default=60, ge=4, le=1000)  # synthetic SAR scenes
     samples_per_record: int = Field(default=6, ge=1, le=20)  # tool samples per (scene, ability): more query wordings
@@ -58,6 +62,10 @@ class DemoSettings(StrictConfig):
     stage1_lr: float = 3e-3  # 2e-3 left the model under-trained: OPA 0.68 vs 0.74 (docs/demo.md)
     stage2_epochs: int = Field(default=4, ge=1)
     stage2_lr: float = 1.5e-3
+    # base smollm2: optimizer steps per stage (None: the epochs decide), LoRA rank (0: full fine-tuning)
+    stage1_steps: int | None = Field(default=None, ge=1)
+    stage2_steps: int | None = Field(default=None, ge=1)
+    lora_rank: int = Field(default=0, ge=0)
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
     # held-out planning subset, exactly this many (stratified, one per category and difficulty at least: 27 groups;
     # 500 = all)
@@ -71,9 +79,11 @@ class DemoSettings(StrictConfig):
 
     @classmethod
     def preset(
-        cls, quick: bool, seed: int = 0, threads: int | None = None, model_family: str = "llava"
+        cls, quick: bool, seed: int = 0, threads: int | None = None, model_family: str = "llava", base: str = "scratch"
     ) -> DemoSettings:
         chosen = {"model_family": model_family} | ({} if threads is None else {"threads": threads})
+        if base == "smollm2":
+            return cls(seed=seed, **chosen, **(SMOLLM2_QUICK if quick else SMOLLM2_DEFAULT))
         if not quick:
             return cls(seed=seed, **chosen)
         small = TinyModelConfig(vision_layers=1, max_position_embeddings=768)  # the test-sized model, 1 vision layer
@@ -96,9 +106,9 @@ class DemoSettings(StrictConfig):
         )
 
     def preset_name(self) -> str:
-        """ "default", "quick" or "custom": the preset these settings are, seed, threads and family aside."""
+        """ "default", "quick" or "custom": the preset these settings are, seed, threads, family and base aside."""
         for name, quick in (("default", False), ("quick", True)):
-            if self == DemoSettings.preset(quick, self.seed, self.threads, self.model_family):
+            if self == DemoSettings.preset(quick, self.seed, self.threads, self.model_family, self.base):
                 return name
         return "custom"
 
@@ -108,6 +118,34 @@ class DemoSettings(StrictConfig):
     def needed_bytes(self) -> int:
         """A generous upper bound of what the run writes (scenes in ten formats, traces, checkpoints, plots)."""
         return 50_000_000 + 1_500_000 * (self.optical + self.sar)
+
+
+# SmolLM2-135M-Instruct under the demo's LLaVA: a step costs ~30x the scratch model's, so a stage is a number of
+# steps (docs/demo.md, "SmolLM2": what each setting costs). The vision tower: 4 image tokens (32 px, 16 px patches).
+_SMOLLM2_TOWER = TinyModelConfig(image_size=32, patch_size=16, vision_hidden=48, vision_layers=2, vision_heads=2)
+SMOLLM2_DEFAULT = {
+    "base": "smollm2",
+    "model": _SMOLLM2_TOWER,
+    "max_length": 640,  # SmolLM2's tokens: median 300 per sample, a few panoptic turns above 600
+    "batch_size": 4,
+    "stage1_steps": 20,
+    "stage1_lr": 2e-3,
+    "stage2_steps": 8,
+    "stage2_lr": 1e-3,
+    "lora_rank": 16,
+    "eval_cases": 27,
+    "chain_cases": 8,
+    "max_new_tokens": 96,
+}
+SMOLLM2_QUICK = SMOLLM2_DEFAULT | {
+    "optical": 8,
+    "sar": 8,
+    "samples_per_record": 1,
+    "batch_size": 2,
+    "stage1_steps": 2,
+    "stage2_steps": 2,
+    "max_new_tokens": 48,
+}
 
 
 class Layout:
@@ -122,6 +160,7 @@ class Layout:
         self.traces = self.data / "traces"
         self.train_file = self.traces / "shard-00000.jsonl"
         self.tokenizer = self.data / "tokenizer"
+        self.base = self.out / "base"  # base smollm2: the converted language model (safetensors + tokenizer)
         self.configs = self.out / "configs"
         self.stage1 = self.out / "stage1"
         self.stage2 = self.out / "stage2"

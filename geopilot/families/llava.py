@@ -3,18 +3,23 @@
 The paper's base and the default. Building (a tiny random model, a llava-hf checkpoint, CLIP + Vicuna + a fresh
 projector) lives here; the Vicuna v1 renderer in `geopilot.render` and its chat template in
 `geopilot.chat_template`, where they always have. Every image is one fixed number of tokens (a 336 px square for the
-real model).
+real model). The chat template is the tokenizer's (`prepare_tokenizer` keeps its kind, `current_template`): Vicuna v1 for
+LLaVA-1.5, ChatML for a language model instruction-tuned on it (the CPU demo's SmolLM2, `geopilot.render_chatml`);
+every renderer below follows the tokenizer it is given.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
-from geopilot.chat_template import CHAT_TEMPLATE, hf_messages
+from geopilot import render, render_chatml
+from geopilot.chat_template import CHAT_TEMPLATE, CHATML_TEMPLATE, hf_messages
 from geopilot.errors import ConfigError, WeightsError
 from geopilot.fileio import require_dir
-from geopilot.render import render_sample
+from geopilot.render import check_rendered
 from geopilot.tokenizer import IMAGE_TOKEN, load_tokenizer, tiny_tokenizer
+from geopilot.wire import SYSTEM_PROMPT, chat_turns
 
 NAME = "llava"
 MODEL_TYPE = "llava"
@@ -33,7 +38,22 @@ BOX_CONVENTION = (
     "own, which is LLaVA-Plus's tool-output convention (0-1 of the image) at one more decimal"
 )
 
-__all__ = ["CHAT_TEMPLATE", "hf_messages", "render_sample"]
+RENDERERS: dict[str, ModuleType] = {CHAT_TEMPLATE: render, CHATML_TEMPLATE: render_chatml}  # template -> renderer
+
+__all__ = ["CHAT_TEMPLATE", "hf_messages"]
+
+
+def renderer(tokenizer) -> ModuleType:
+    """The renderer of the tokenizer's chat template (a tokenizer without a GeoPilot template is Vicuna's)."""
+    return RENDERERS.get(tokenizer.chat_template, render)
+
+
+def render_sample(sample, tokenizer, num_image_tokens: int, max_length: int | None = None, boxes=None):
+    """A validated sample -> ids + labels, in the tokenizer's chat template (too long or nothing trained: an error).
+    `boxes`: the family's box codec (LLaVA has none: the trace's boxes as they are)."""
+    count = num_image_tokens if sample.image else 0
+    turns = chat_turns(sample.messages, boxes=boxes)
+    return check_rendered(renderer(tokenizer).render_turns(turns, tokenizer, count, sample.id), sample, max_length)
 
 
 def build(cfg):
@@ -131,7 +151,6 @@ def build_processor(tokenizer, image_size: int, patch_size: int):
         size={"shortest_edge": image_size},
         crop_size={"height": image_size, "width": image_size},
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
     return LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -139,7 +158,7 @@ def build_processor(tokenizer, image_size: int, patch_size: int):
         vision_feature_select_strategy="default",
         image_token=IMAGE_TOKEN,
         num_additional_image_tokens=1,  # the CLS token the vision tower adds and "default" drops
-        chat_template=CHAT_TEMPLATE,
+        chat_template=tokenizer.chat_template,  # the template `prepare_tokenizer` gave it (Vicuna's or ChatML)
     )
 
 
@@ -158,13 +177,10 @@ def _llava_config(vision_config, text_config, image_token_id: int, feature_layer
     return config
 
 
-def _build_tiny(cfg):
-    import torch
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaForConditionalGeneration
+def _tiny_vision_config(t):
+    from transformers import CLIPVisionConfig
 
-    t = cfg.tiny
-    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else tiny_tokenizer()
-    vision = CLIPVisionConfig(
+    return CLIPVisionConfig(
         hidden_size=t.vision_hidden,
         intermediate_size=4 * t.vision_hidden,
         num_hidden_layers=t.vision_layers,
@@ -173,6 +189,15 @@ def _build_tiny(cfg):
         patch_size=t.patch_size,
         projection_dim=t.vision_hidden,
     )
+
+
+def _build_tiny(cfg):
+    import torch
+    from transformers import LlamaConfig, LlavaForConditionalGeneration
+
+    t = cfg.tiny
+    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else tiny_tokenizer()
+    vision = _tiny_vision_config(t)
     vocab = -(-len(tokenizer) // cfg.pad_vocab_to_multiple_of) * cfg.pad_vocab_to_multiple_of
     text = LlamaConfig(
         vocab_size=vocab,
@@ -213,13 +238,31 @@ def _build_from_llava_hf(cfg):
 
 def _build_from_clip_vicuna(cfg):
     import torch
-    from transformers import AutoModelForCausalLM, CLIPVisionModel, LlavaForConditionalGeneration
-    from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
+    from transformers import CLIPVisionModel
 
     vision_path, llm_path = require_dir(cfg.vision_path, "vision_path"), require_dir(cfg.llm_path, "llm_path")
+    vision = CLIPVisionModel.from_pretrained(vision_path, dtype=getattr(torch, cfg.dtype), use_safetensors=True)
+    return _assemble(cfg, vision, llm_path)
+
+
+def _build_tiny_vision(cfg):
+    import torch
+    from transformers import CLIPVisionModel
+
+    llm_path = require_dir(cfg.llm_path, "llm_path")
+    torch.manual_seed(cfg.tiny.seed)
+    vision = CLIPVisionModel._from_config(_tiny_vision_config(cfg.tiny), dtype=getattr(torch, cfg.dtype))
+    return _assemble(cfg, vision, llm_path)
+
+
+def _assemble(cfg, vision, llm_path: Path):
+    """A LLaVA of a vision tower, a fresh 2-layer GELU projector and the causal LM in `llm_path` (+ its tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
+    from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
+
     dtype = getattr(torch, cfg.dtype)
     tokenizer = load_tokenizer(cfg.tokenizer_path or llm_path)
-    vision = CLIPVisionModel.from_pretrained(vision_path, dtype=dtype, use_safetensors=True)
     llm = AutoModelForCausalLM.from_pretrained(llm_path, dtype=dtype, use_safetensors=True)
     config = _llava_config(
         vision.config, llm.config, tokenizer.convert_tokens_to_ids(IMAGE_TOKEN), cfg.vision_feature_layer
@@ -244,10 +287,16 @@ def llava_text_hidden_size(cfg) -> int:
         return cfg.tiny.text_hidden
     if cfg.init == "llava_hf":
         return AutoConfig.from_pretrained(require_dir(cfg.llava_path, "llava_path")).text_config.hidden_size
+    # clip_vicuna, tiny_vision: the causal LM's own config
     return AutoConfig.from_pretrained(require_dir(cfg.llm_path, "llm_path")).hidden_size
 
 
-LLAVA_BUILDERS = {"tiny": _build_tiny, "llava_hf": _build_from_llava_hf, "clip_vicuna": _build_from_clip_vicuna}
+LLAVA_BUILDERS = {
+    "tiny": _build_tiny,
+    "llava_hf": _build_from_llava_hf,
+    "clip_vicuna": _build_from_clip_vicuna,
+    "tiny_vision": _build_tiny_vision,
+}
 
 
 # -- generation on one KV cache (geopilot.generation.KVSession) ---------------------------------------------------
@@ -292,31 +341,23 @@ def image_inputs(processor, images) -> dict:
 
 def prompt_ids(messages: list, tokenizer, num_image_tokens: int, system: str | None = None, boxes=None) -> list[int]:
     """A chat's messages (ending with a user or tool turn) -> the prompt ids, ending with the generation prompt."""
-    from geopilot.render import render_turns
-    from geopilot.wire import SYSTEM_PROMPT, chat_turns
-
     system = SYSTEM_PROMPT if system is None else system
-    return render_turns(chat_turns(messages, boxes=boxes), tokenizer, num_image_tokens, system=system).input_ids
+    turns = chat_turns(messages, boxes=boxes)
+    return renderer(tokenizer).render_turns(turns, tokenizer, num_image_tokens, system=system).input_ids
 
 
 def prompt_text(messages: list, tokenizer, system: str | None = None, boxes=None) -> str:
     """The same conversation as text (the prefix cache's key)."""
-    from geopilot.render import render_text
-    from geopilot.wire import SYSTEM_PROMPT, chat_turns
-
-    return render_text(chat_turns(messages, boxes=boxes), tokenizer, SYSTEM_PROMPT if system is None else system)
+    system = SYSTEM_PROMPT if system is None else system
+    return renderer(tokenizer).render_text(chat_turns(messages, boxes=boxes), tokenizer, system)
 
 
 def tail_ids(tokenizer, text: str) -> list[int]:
-    """A later user turn (tool outputs, a repair request) after a generated `...</s>`: `USER: {text} ASSISTANT:`."""
-    from geopilot.render import user_turn_text
-    from geopilot.tokenizer import encode_text
-
-    return encode_text(tokenizer, user_turn_text(text, first=False))
+    """A later user turn (tool outputs, a repair request) after a generated end of turn, up to the generation prompt
+    (Vicuna: `USER: {text} ASSISTANT:`)."""
+    return renderer(tokenizer).tail_ids(tokenizer, text)
 
 
 def assistant_ids(tokenizer, text: str) -> list[int]:
-    """An assistant turn as the renderer writes it: ` {json}</s>`."""
-    from geopilot.tokenizer import encode_text
-
-    return encode_text(tokenizer, " " + text) + [tokenizer.eos_token_id]
+    """An assistant turn as the renderer writes it (Vicuna: ` {json}</s>`)."""
+    return renderer(tokenizer).assistant_ids(tokenizer, text)

@@ -179,3 +179,16 @@ def test_the_report_puts_chain_accuracy_beside_opa_with_its_breakdowns_and_draws
     assert "4 of them two-step chains" in text and "cloud_detection 3, sar_detection_counting 1" in text
     assert "(chats/chain.png)" in text and "`chain_cloud_detection/003`" in text
     assert "the model's calls: `remove_clouds({})`" in text
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_report_names_the_language_model_base(tmp_path, quick):
+    settings = DemoSettings.preset(quick=quick, base="smollm2")
+    results = _results()
+    results["data"]["vocab"] = 49153
+    text = write_report(Layout(tmp_path / "demo"), settings, results).read_text(encoding="utf-8")
+    assert f"Preset: {'quick' if quick else 'default'}" in _before_any_number(text)
+    assert "language model: SmolLM2-135M-Instruct (`--base smollm2`)" in text
+    assert "A LLaVA on SmolLM2-135M-Instruct" in text and "LoRA rank 16" in text and "trained from scratch" not in text
+    scratch = write_report(Layout(tmp_path / "scratch"), DemoSettings.preset(quick=quick), _results())
+    assert "language model: trained from scratch (`--base scratch`)" in scratch.read_text(encoding="utf-8")
