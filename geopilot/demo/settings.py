@@ -2,7 +2,7 @@
 
 Two presets: the default (the README's main job, ~10 min on 2 idle CPU cores) and `--quick` (the slow test suite),
 each on one of two language-model bases (`base`): `scratch` (a tiny Llama trained from nothing on the demo's own BPE)
-or `smollm2` (SmolLM2-135M-Instruct from the `demo` extra, fine-tuned; the default's base when it is installed).
+or `smollm2` (SmolLM2-135M-Instruct from the `demo` extra, fine-tuned; opt-in until it beats scratch).
 `fingerprint()` hashes every setting; an out folder remembers the fingerprint it was started with, so a run with
 other settings never mixes with it.
 """

