@@ -51,7 +51,7 @@ def renderer(tokenizer) -> ModuleType:
 def render_sample(sample, tokenizer, num_image_tokens: int, max_length: int | None = None, boxes=None):
     """A validated sample -> ids + labels, in the tokenizer's chat template (too long or nothing trained: an error).
     `boxes`: the family's box codec (LLaVA has none: the trace's boxes as they are)."""
-    count = num_image_tokens if sample.image else 0
+    count = num_image_tokens if sample.image_names else 0  # per image (a sample's images share one size)
     turns = chat_turns(sample.messages, boxes=boxes)
     return check_rendered(renderer(tokenizer).render_turns(turns, tokenizer, count, sample.id), sample, max_length)
 
