@@ -138,6 +138,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
             "replay_alpha": settings.alpha,
             "mixture_seed": settings.seed,
             "max_length": settings.max_length,
+            "plans_only_share": settings.plans_only_share,
             "cache_dir": _absolute(layout.out / ".cache" / "tokenised"),
             # every image stays decoded: each source ships its own copy of a scene (659 files for 140 scenes)
             "image_cache": 8 * (settings.optical + settings.sar),
@@ -151,6 +152,7 @@ def train_config(layout: Layout, settings: DemoSettings, stage: int) -> dict:
             "warmup_ratio": 0.05,
             "seed": settings.seed,
             "max_steps": steps,
+            "mixed_precision": settings.mixed_precision,
         },
         "freeze": {"vision_tower": False},  # from scratch: the vision tower must learn SAR vs optical vs clouds
         "checkpoint": {"save_steps": 100, "keep_last": 1},

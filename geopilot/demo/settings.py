@@ -66,6 +66,8 @@ class DemoSettings(StrictConfig):
     stage1_steps: int | None = Field(default=None, ge=1)
     stage2_steps: int | None = Field(default=None, ge=1)
     lora_rank: int = Field(default=0, ge=0)
+    plans_only_share: float = Field(default=0.0, ge=0.0, le=1.0)  # train.py's data.plans_only_share
+    mixed_precision: Literal["no", "bf16"] = "no"  # train.py's optim.mixed_precision (bf16: CPU autocast)
     alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage-2 optical replay, the paper's value
     # held-out planning subset, exactly this many (stratified, one per category and difficulty at least: 27 groups;
     # 500 = all)

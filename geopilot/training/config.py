@@ -23,6 +23,9 @@ class DataConfig(StrictConfig):
     replay_alpha: float = Field(default=0.2, ge=0.0, le=1.0)  # stage 2: optical replay = round(alpha * |optical|)
     mixture_seed: int = 0  # which optical samples are replayed in stage 2
     max_length: int = Field(default=2048, ge=8)  # longer samples are skipped and counted, never cut
+    # this share of the tool-calling samples (chosen by id) ends at their last think turn: the plan is what needs
+    # the samples, and the tool output + answer are half of a sample's tokens (docs/demo.md, SmolLM2)
+    plans_only_share: float = Field(default=0.0, ge=0.0, le=1.0)
     on_bad_line: Literal["raise", "skip"] = "skip"  # a JSONL line that fails validation
     check_images: bool = True  # decode every image once before training; unreadable ones are counted skips
     max_pixels: int = 100_000_000

@@ -3,7 +3,7 @@
     load + render each file (cached)  ->  drop skips (too long, bad image, duplicate id)  ->  select the stage
 
 The cache key is the data file's sha256 + the tokenizer's fingerprint + the renderers' source hash + what the
-image-token counts depend on (`ImageTokens.key`) + max_length, so changing any of them re-renders and nothing stale is reused. Every skip is counted
+image-token counts depend on (`ImageTokens.key`) + max_length + plans_only_share, so changing any of them re-renders and nothing stale is reused. Every skip is counted
 by cause and reported; too many skips, or none left, is an error rather than a silently smaller run.
 """
 
@@ -123,11 +123,25 @@ def render_version() -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
+def chosen_share(sample_id: str) -> float:
+    """A sample's fixed place in [0, 1) (its id's hash): a share of the samples is the ids below it, on any run."""
+    return int(hashlib.sha256(sample_id.encode()).hexdigest()[:8], 16) / 16**8
+
+
+def through_last_plan(sample):
+    """The sample up to its last think turn that calls tools (a tool-free sample as it is): no tool output, no
+    answer, the plan trained as in the whole trace."""
+    plans = [i for i, m in enumerate(sample.messages) if m.role == "assistant" and m.actions]
+    return sample.model_copy(update={"messages": sample.messages[: plans[-1] + 1]}) if plans else sample
+
+
 def _render_file(path: Path, tokenizer, image_tokens: ImageTokens, cfg: DataConfig) -> tuple[dict, dict]:
     """One JSONL file -> columns (every valid sample, with a `skip` reason for the unrenderable) + load report."""
     report = LoadReport()
     columns: dict[str, list] = {name: [] for name in COLUMNS}
     for sample in load_samples(path, on_error=cfg.on_bad_line, report=report):
+        if chosen_share(sample.id) < cfg.plans_only_share:
+            sample = through_last_plan(sample)
         image_paths = sample.image_paths(path.parent)
         first = str(image_paths[0]) if image_paths else None  # a sample's images share one size: the first's
         try:  # counts and box codec stand for each image
@@ -175,6 +189,7 @@ def tokenised_file(path: str | Path, tokenizer, num_image_tokens: int | ImageTok
         render_version(),
         image_tokens.key,
         str(cfg.max_length),
+        str(cfg.plans_only_share),
         cfg.on_bad_line,
         str(path.parent.resolve()),
     ]

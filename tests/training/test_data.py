@@ -119,3 +119,33 @@ def test_a_two_image_sample_keeps_its_images_in_order_and_a_pair_of_two_sizes_is
     assert row["images"] == [str((folder / "A/1.png").resolve()), str((folder / "B/1.png").resolve())]
     image_id = processor.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     assert row["input_ids"].count(image_id) == 2 * tokens  # the per-image budget, twice
+
+
+def test_plans_only_share_ends_the_chosen_tool_samples_at_their_plan(tmp_path, processor_and_tokens):
+    from geopilot.render import IGNORE_INDEX
+    from geopilot.training.data import chosen_share
+
+    processor, tokens = processor_and_tokens
+    path = write_demo_dataset(tmp_path / "d", optical=12, sar=0)
+    samples = {s.id: s for s in load_samples(path)}
+    whole = build([path], tmp_path / "a", processor_and_tokens)
+    half = build([path], tmp_path / "b", processor_and_tokens, plans_only_share=0.5)
+    cut = build([path], tmp_path / "c", processor_and_tokens, plans_only_share=1.0)
+    end = processor.tokenizer.convert_tokens_to_ids(processor.tokenizer.eos_token)
+    for i, sample_id in enumerate(whole.dataset["id"]):
+        sample = samples[sample_id]
+        calls = any(m.role == "assistant" and m.actions for m in sample.messages)
+        full_ids, cut_ids = whole.dataset[i]["input_ids"], cut.dataset[i]["input_ids"]
+        if not calls:  # a direct answer has no plan to end at
+            assert cut_ids == full_ids
+            continue
+        plan = next(m for m in sample.messages if m.role == "assistant")
+        kept = render_sample(sample.model_copy(update={"messages": sample.messages[:2]}), processor.tokenizer, tokens)
+        assert len(cut_ids) < len(full_ids) and cut_ids == kept.input_ids and plan.actions
+        assert cut_ids == full_ids[: len(cut_ids)]  # the same plan tokens, nothing after them
+        labels = cut.dataset[i]["labels"]
+        assert labels[-1] == end and sum(label != IGNORE_INDEX for label in labels) > 3
+        chosen = chosen_share(sample_id) < 0.5
+        assert half.dataset[i]["input_ids"] == (cut_ids if chosen else full_ids)
+    shares = [chosen_share(sample_id) for sample_id in samples]
+    assert 0.2 < sum(share < 0.5 for share in shares) / len(shares) < 0.8
