@@ -268,19 +268,18 @@ def _train_loop(stage: Stage, position: Position, store, sample_log: SampleLog, 
 
 def _micro_step(stage: Stage, batch: dict, pixel_dtype, window: Window, meter) -> tuple[Any, float]:
     """Forward, backward and (on a step's last micro-batch) the clipped optimizer step: (per-sample loss, loss)."""
-    import torch
 
-    from geopilot.training.validation import per_sample_loss
+    from geopilot.training.target_loss import target_loss, target_positions
 
     accelerator, model, cfg = stage.accelerator, stage.model, stage.cfg
     if "pixel_values" in batch:
         batch["pixel_values"] = batch["pixel_values"].to(pixel_dtype)
+    labels = batch.pop("labels")
+    positions = target_positions(labels)
     with accelerator.accumulate(model):
-        outputs = model(**batch)
-        loss = outputs.loss
+        outputs = model(**batch, logits_to_keep=positions)
+        loss, per_sample = target_loss(outputs.logits, labels, positions)
         accelerator.backward(loss)
-        with torch.no_grad():
-            per_sample = per_sample_loss(outputs.logits.detach(), batch["labels"])
         del outputs
         meter.lap("forward_backward")
         norm = None

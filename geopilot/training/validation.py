@@ -14,7 +14,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from geopilot.render import IGNORE_INDEX
 from geopilot.training.config import DataConfig
 from geopilot.training.data import ImageTokens, TrainingDataError, _image_problem, tokenised_file
 
@@ -70,20 +69,6 @@ def build_eval_data(
     return EvalData(usable, skipped, len(shared))
 
 
-def per_sample_loss(logits, labels) -> tuple[list[float], list[float]]:
-    """(sum of target-token cross-entropies, number of target tokens) per row; one row at a time in fp32, so the
-    extra memory is one sequence's logits, not the batch's."""
-    import torch.nn.functional as F
-
-    sums, counts = [], []
-    for row_logits, row_labels in zip(logits, labels, strict=True):
-        targets = row_labels[1:]
-        ce = F.cross_entropy(row_logits[:-1].float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
-        sums.append(float(ce))
-        counts.append(float((targets != IGNORE_INDEX).sum()))
-    return sums, counts
-
-
 def _batches(lengths: list[int], batch_size: int, world: int) -> list[list[int]]:
     """Length-sorted batches (little padding), padded with empty batches to a multiple of the world size."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
@@ -95,6 +80,8 @@ def validation_loss(accelerator, model, eval_data: EvalData, collator, batch_siz
     """Collective. {"val/loss": ..., "val/loss/source/<s>": ..., "val/loss/modality/<m>": ..., ...}."""
     import torch
     from accelerate.utils import gather_object
+
+    from geopilot.training.target_loss import target_loss, target_positions
 
     dataset = eval_data.dataset
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -111,10 +98,11 @@ def validation_loss(accelerator, model, eval_data: EvalData, collator, batch_siz
             if "pixel_values" in batch:
                 batch["pixel_values"] = batch["pixel_values"].to(pixel_dtype)
             labels = batch.pop("labels")
-            logits = model(**batch).logits
+            positions = target_positions(labels)
+            logits = model(**batch, logits_to_keep=positions).logits
             if not indices:
                 continue
-            for row, loss_sum, count in zip(rows, *per_sample_loss(logits, labels), strict=True):
+            for row, loss_sum, count in zip(rows, *target_loss(logits, labels, positions)[1], strict=True):
                 for key in ["all", *(f"{group}/{row[group] or 'unknown'}" for group in GROUPS)]:
                     totals[key][0] += loss_sum
                     totals[key][1] += count
