@@ -91,7 +91,7 @@ def test_the_tiny_model_batched_scores_the_same_rows_and_a_killed_batched_run_re
     assert scored_rows(tmp_path / "three") == one
 
 
-def test_a_batched_folder_is_never_resumed_unbatched_or_with_another_batch(tmp_path, capsys):
+def test_a_batched_folder_is_never_resumed_unbatched_or_with_another_batch(tmp_path):
     cases = planning_subset(tmp_path, 2)
     agent = BatchingAgent()
     case_set = load_cases(cases)
