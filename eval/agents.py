@@ -203,44 +203,72 @@ class GeoPilotAgent:
         try:
             torch.manual_seed(seed)
             result = self.pilot.chat(
-                [str(image) for image in images],  # in order: a change case's before, after
-                case.query,
-                history=geopilot_history(case),
-                max_rounds=case.max_rounds,
-                generation=self.generation,
-                modality=case.modality,
+                **chat_request(case, images), max_rounds=case.max_rounds, generation=self.generation
             )
         except Exception as err:  # noqa: BLE001 - an agent crash is an infra error of this row, not of the run
             return _failed_run(err, started)
-        parsed_turns = [t for t in result.turns if t.parse != "failed"]
-        if result.outcome == "unparsable" or not parsed_turns:
-            dialect = "unparsable"
-        else:
-            dialect = "llava_plus" if parsed_turns[0].parse == "llava_plus" else "geopilot_json"
-        rounds = max((c.round for c in result.tool_calls), default=0)
-        if result.outcome == "round_limit":
-            rounds = case.max_rounds + 1
-        return AgentRun(
-            dialect=dialect,
-            calls=[
-                CallRecord(
-                    tool=c.tool,
-                    params=c.params,
-                    ok=c.error is None,
-                    error_kind=c.error_kind,
-                    error=c.error,
-                    round=c.round,
-                )
-                for c in result.tool_calls
-            ],
-            answer=result.answer,
-            rounds=rounds,
-            latency_s=result.timings.total,
-            tokens_in=result.tokens.input,
-            tokens_out=result.tokens.generated,
-            parse_error=result.turns[0].parse_error if result.turns else None,
-            raw=result.turns[0].text[:RAW_CHARS] if result.turns else "",
-        )
+        return agent_run(case, result)
+
+    def run_batch(self, cases: list[Case], images_per_case: list[list[Path]], seed: int) -> list[AgentRun]:
+        """The cases (one max_rounds: the runner's chunks share it) through one `GeoPilot.chat_batch`, seeded once;
+        a crash of the batch (one unreadable image fails it before anything is generated) runs them one by one, so
+        a bad case is one infra-error row. A row's latency is its request's wall time inside the batch."""
+        import torch
+
+        if len({case.max_rounds for case in cases}) > 1:
+            raise ValueError("run_batch: the cases of one batch must share max_rounds")
+        if not cases:
+            return []
+        requests = [chat_request(case, images) for case, images in zip(cases, images_per_case, strict=True)]
+        try:
+            torch.manual_seed(seed)
+            results = self.pilot.chat_batch(requests, max_rounds=cases[0].max_rounds, generation=self.generation)
+        except Exception:  # noqa: BLE001 - the batch's crash is some case's: each is tried alone
+            return [self.run(case, images, seed) for case, images in zip(cases, images_per_case, strict=True)]
+        return [agent_run(case, result) for case, result in zip(cases, results, strict=True)]
+
+
+def chat_request(case: Case, images: list[Path]) -> dict:
+    """A case as `GeoPilot.chat`'s arguments, which are also a `chat_batch` request's keys."""
+    return {
+        "image": [str(image) for image in images],  # in order: a change case's before, after
+        "query": case.query,
+        "history": geopilot_history(case),
+        "modality": case.modality,
+    }
+
+
+def agent_run(case: Case, result) -> AgentRun:
+    """A GeoPilot `ChatResult` as the scorer's AgentRun."""
+    parsed_turns = [t for t in result.turns if t.parse != "failed"]
+    if result.outcome == "unparsable" or not parsed_turns:
+        dialect = "unparsable"
+    else:
+        dialect = "llava_plus" if parsed_turns[0].parse == "llava_plus" else "geopilot_json"
+    rounds = max((c.round for c in result.tool_calls), default=0)
+    if result.outcome == "round_limit":
+        rounds = case.max_rounds + 1
+    return AgentRun(
+        dialect=dialect,
+        calls=[
+            CallRecord(
+                tool=c.tool,
+                params=c.params,
+                ok=c.error is None,
+                error_kind=c.error_kind,
+                error=c.error,
+                round=c.round,
+            )
+            for c in result.tool_calls
+        ],
+        answer=result.answer,
+        rounds=rounds,
+        latency_s=result.timings.total,
+        tokens_in=result.tokens.input,
+        tokens_out=result.tokens.generated,
+        parse_error=result.turns[0].parse_error if result.turns else None,
+        raw=result.turns[0].text[:RAW_CHARS] if result.turns else "",
+    )
 
 
 # -- openai-compatible endpoint -----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`geopilot eval planning --agent geopilot|openai|hf ... [--cases FILE] --seeds 42,1337,2024 --out DIR`.
 
-    geopilot eval planning --agent geopilot --model runs/stage2/export --out runs/eval/geopilot
+    geopilot eval planning --agent geopilot --model runs/stage2/export --out runs/eval/geopilot [--batch-size 16]
     geopilot eval planning --agent openai --engine-url http://localhost:8000/v1 --model Qwen2.5-VL-7B \
         --tools-as openai --api-key-env OPENAI_API_KEY --out runs/eval/qwen
     geopilot eval planning --agent hf --model /models/llava-1.5-7b-hf --out runs/eval/llava
@@ -16,9 +16,11 @@ import json
 import sys
 from pathlib import Path
 
-from geopilot.argtypes import add_deprecated_name
+from geopilot.argtypes import add_deprecated_name, int_in
 from geopilot.errors import GeoPilotInputError
 from geopilot.eval.agents import AGENTS
+
+MAX_BATCH = 1024  # cases in one chat_batch; more is a typo, not a batch that fits in memory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--unconstrained-plans",
         action="store_true",
         help="geopilot: decode think turns freely instead of in the plan grammar (the ablation)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int_in(1, MAX_BATCH),
+        default=1,
+        help="geopilot: cases per GeoPilot.chat_batch (sharing seed and max_rounds; the other agents run one at a "
+        "time). A batched run is a run of its own: padded rows' numbers can differ from one at a time (default 1)",
     )
     parser.add_argument("--json", action="store_true", help="print summary.json")
 
@@ -137,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{done}/{total}]", file=sys.stderr, flush=True)
 
     order = CATEGORY_ORDER if args.cases is None else None  # another suite: its categories in file order
-    summary = run_benchmark(agent, case_set, seeds, args.out, layer, label, order, progress)
+    summary = run_benchmark(agent, case_set, seeds, args.out, layer, label, order, progress, args.batch_size)
     if args.json:
         print(json.dumps(summary, indent=1))
     else:

@@ -323,7 +323,17 @@ def run_evaluate(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     registry, layer = build_tool_layer(None)
     agent = GeoPilotAgent(str(layout.model), registry, {"max_new_tokens": settings.max_new_tokens}, device="cpu")
     run_dir = layout.eval / "run"
-    summary = run_benchmark(agent, case_set, [settings.seed], run_dir, layer, "geopilot-demo", CATEGORY_ORDER, progress)
+    summary = run_benchmark(
+        agent,
+        case_set,
+        [settings.seed],
+        run_dir,
+        layer,
+        "geopilot-demo",
+        CATEGORY_ORDER,
+        progress,
+        settings.eval_batch_size,
+    )
     rows = read_rows(run_dir / "results.jsonl")
     by_id = case_set.by_id()
     return {
@@ -376,7 +386,15 @@ def run_chain_eval(layout: Layout, settings: DemoSettings, progress: Progress) -
     registry, layer = chain_tool_layer()
     agent = GeoPilotAgent(str(layout.model), registry, {"max_new_tokens": settings.max_new_tokens}, device="cpu")
     summary = run_benchmark(
-        agent, case_set, [settings.seed], layout.eval / "chains_run", layer, "geopilot-demo", None, progress
+        agent,
+        case_set,
+        [settings.seed],
+        layout.eval / "chains_run",
+        layer,
+        "geopilot-demo",
+        None,
+        progress,
+        settings.eval_batch_size,
     )
     chains = summary["chains"]
     return {
@@ -553,11 +571,9 @@ def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     import torch
 
     from geopilot.agent import GeoPilot
-    from geopilot.image import load_image
     from geopilot.tools.adapters import ExampleAnnotationsOptions
     from geopilot.tools.example_images import QUESTIONS, annotations_file
     from geopilot.tools.registry import EXAMPLES_CONFIG, build_registry, load_tools_config
-    from geopilot.visualize import chain_panels
 
     torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
@@ -570,38 +586,44 @@ def run_examples(layout: Layout, settings: DemoSettings, progress: Progress) -> 
     pilot = GeoPilot.from_pretrained(layout.model, tools=build_registry(config=config), device="cpu")
     layout.examples.mkdir(parents=True, exist_ok=True)
     worked = []
-    for index, example in enumerate(questions):
-        image_path = folder / example["image"]
-        result = pilot.chat(
-            str(image_path), example["question"], generation={"max_new_tokens": settings.max_new_tokens}
-        )
-        picture = layout.examples / example["image"]
-        # the last call's result: its output drawn on the image it read, or the restored image itself
-        chain_panels(load_image(image_path).image, result.tool_calls)[-1][1].save(picture)
-        calls = [
-            {
-                "tool": c.tool,
-                "params": c.params,
-                "error": c.error,
-                "provenance": c.output.provenance if c.output is not None else None,
-            }
-            for c in result.tool_calls
-        ]
-        worked.append(
-            {
-                "image": _shown_path(image_path),
-                "question": example["question"],
-                "expected_tool": example["tool"],
-                "plan": result.turns[0].text if result.turns else "",
-                "tool_calls": calls,
-                "answer": result.answer,
-                "outcome": result.outcome,
-                "right": example_right(example, calls, result.answer),
-                "picture": picture.name,
-            }
-        )
-        progress(index + 1, len(questions))
+    generation = {"max_new_tokens": settings.max_new_tokens}
+    for start in range(0, len(questions), settings.eval_batch_size):  # a chunk is one chat_batch (1: one chat)
+        chunk = questions[start : start + settings.eval_batch_size]
+        requests = [{"image": str(folder / example["image"]), "query": example["question"]} for example in chunk]
+        for example, result in zip(chunk, pilot.chat_batch(requests, generation=generation), strict=True):
+            worked.append(worked_example(layout, folder / example["image"], example, result))
+            progress(len(worked), len(questions))
     return {"examples": worked, "right": sum(w["right"] for w in worked), "tools_config": _shown_path(EXAMPLES_CONFIG)}
+
+
+def worked_example(layout: Layout, image_path: Path, example: dict, result) -> dict:
+    """One worked example's chat as the report shows it, its picture drawn into DIR/examples."""
+    from geopilot.image import load_image
+    from geopilot.visualize import chain_panels
+
+    picture = layout.examples / example["image"]
+    # the last call's result: its output drawn on the image it read, or the restored image itself
+    chain_panels(load_image(image_path).image, result.tool_calls)[-1][1].save(picture)
+    calls = [
+        {
+            "tool": c.tool,
+            "params": c.params,
+            "error": c.error,
+            "provenance": c.output.provenance if c.output is not None else None,
+        }
+        for c in result.tool_calls
+    ]
+    return {
+        "image": _shown_path(image_path),
+        "question": example["question"],
+        "expected_tool": example["tool"],
+        "plan": result.turns[0].text if result.turns else "",
+        "tool_calls": calls,
+        "answer": result.answer,
+        "outcome": result.outcome,
+        "right": example_right(example, calls, result.answer),
+        "picture": picture.name,
+    }
 
 
 def _shown_path(path: Path) -> str:

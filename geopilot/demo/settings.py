@@ -76,6 +76,8 @@ class DemoSettings(StrictConfig):
     # keeps the default demo within 10 minutes
     chain_cases: int = Field(default=62, ge=4, le=124)
     max_new_tokens: int = Field(default=96, ge=16)  # per generated turn in the evaluation and the chats
+    # cases per GeoPilot.chat_batch in the evaluate and chain_eval phases and the worked examples (1: one at a time)
+    eval_batch_size: int = Field(default=1, ge=1)
     # torch threads: part of the result (same seed and threads, same numbers); both cores of a 2-core machine
     threads: int = Field(default_factory=lambda: min(2, available_cpus()), ge=1, le=MAX_THREADS)
 
