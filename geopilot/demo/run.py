@@ -27,11 +27,11 @@ SECONDS_PER_TRAIN_SAMPLE_EPOCH = {
 SECONDS_PER_EVAL_CASE = 0.3
 SECONDS_PER_CHAIN_CASE = 0.3  # 124 chain cases: 27-33 s
 SECONDS_FOR_EXAMPLES = 15  # the worked examples: ten chats with the example tools
-# base smollm2 (docs/demo.md, "SmolLM2"): converting the GGUF file; a LoRA step per sample of ~300 tokens on 2 cores;
-# one planning or chain case (a ~300-token prefill, a plan and an answer of up to max_new_tokens)
-SMOLLM2_CONVERT_SECONDS = 30
-SMOLLM2_SECONDS_PER_STEP_SAMPLE = 1.7
-SMOLLM2_SECONDS_PER_CASE = 6.0
+# base smollm2 (docs/demo.md, "SmolLM2"), 2 idle cores: converting the GGUF file; a training sample (bf16, 70 % of
+# the tool samples ending at their plan); a planning or chain case in batches of 16, and one at a time
+SMOLLM2_CONVERT_SECONDS = 20
+SMOLLM2_SECONDS_PER_STEP_SAMPLE = 0.65
+SMOLLM2_SECONDS_PER_CASE = {"batched": 1.5, "one": 6.4}
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
@@ -41,8 +41,9 @@ def estimate_seconds(settings: DemoSettings) -> float:
             SECONDS_PER_SCENE * (settings.optical + settings.sar)
             + SMOLLM2_CONVERT_SECONDS
             + SMOLLM2_SECONDS_PER_STEP_SAMPLE * settings.batch_size * steps
-            + SMOLLM2_SECONDS_PER_CASE * (settings.eval_cases + settings.chain_cases + 10)  # + the worked examples
-            + 90  # process start-ups (each loads the 135 M model), tokenisation, plots
+            + SMOLLM2_SECONDS_PER_CASE["batched" if settings.eval_batch_size > 1 else "one"]
+            * (settings.eval_cases + settings.chain_cases + 10)  # + the worked examples
+            + 90  # process start-ups (each loads the 135 M model), tokenisation, the three chats, plots
         )
     # samples generate makes of the scenes: per scene 7.74 optical and 1.92 SAR tool samples per samples_per_record,
     # plus 9 optical (GeoChat-Instruct) and 4 SAR (SARLANG-1M) tool-free ones (measured: 4434 of 80, 930 of 60)
