@@ -31,7 +31,7 @@ SECONDS_FOR_EXAMPLES = 15  # the worked examples: ten chats with the example too
 # the tool samples ending at their plan); a planning or chain case in batches of 16, and one at a time
 SMOLLM2_CONVERT_SECONDS = 20
 SMOLLM2_SECONDS_PER_STEP_SAMPLE = 0.65
-SMOLLM2_SECONDS_PER_CASE = {"batched": 1.5, "one": 6.4}
+SMOLLM2_SECONDS_PER_CASE = {"batched": 2.2, "one": 6.4}
 
 
 def estimate_seconds(settings: DemoSettings) -> float:

@@ -14,7 +14,7 @@ import pytest
 from geopilot.commands.demo import choose_base
 from geopilot.demo import base_model, pipeline
 from geopilot.demo.run import check_out_dir
-from geopilot.demo.settings import DemoSettings, Layout
+from geopilot.demo.settings import DemoSettings, Layout, cpu_multiplies_bf16
 from geopilot.errors import GeoPilotInputError
 
 INSTALLED = importlib.util.find_spec(base_model.PACKAGE) is not None and importlib.util.find_spec("gguf") is not None
@@ -79,7 +79,11 @@ def test_the_smollm2_stages_fine_tune_the_converted_model(tmp_path):
     assert second["model"]["init"] == "llava_hf" and second["optim"]["max_steps"] == settings.stage2_steps
     counts = {"optical": 4000, "sar": 900}
     assert pipeline.expected_steps(settings, counts, 1) == settings.stage1_steps
-    assert "lora" not in pipeline.train_config(layout, DemoSettings.preset(False), 1)  # scratch: unchanged
+    assert first["data"]["plans_only_share"] == settings.plans_only_share > 0  # most tool samples end at the plan
+    assert first["optim"]["mixed_precision"] == ("bf16" if cpu_multiplies_bf16() else "no")
+    scratch = pipeline.train_config(layout, DemoSettings.preset(False), 1)
+    assert "lora" not in scratch  # scratch: unchanged
+    assert scratch["data"]["plans_only_share"] == 0.0 and scratch["optim"]["mixed_precision"] == "no"
 
 
 @pytest.mark.slow
