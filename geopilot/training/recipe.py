@@ -268,7 +268,6 @@ def _train_loop(stage: Stage, position: Position, store, sample_log: SampleLog, 
 
 def _micro_step(stage: Stage, batch: dict, pixel_dtype, window: Window, meter) -> tuple[Any, float]:
     """Forward, backward and (on a step's last micro-batch) the clipped optimizer step: (per-sample loss, loss)."""
-
     from geopilot.training.target_loss import target_loss, target_positions
 
     accelerator, model, cfg = stage.accelerator, stage.model, stage.cfg
