@@ -14,6 +14,7 @@ metric code; any other task gets the answer text, cut at its `until` strings. Pl
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from geopilot.errors import GeoPilotError, GeoPilotInputError
 from geopilot.eval.lmms_docs import PLANNING_SEED, RECORD_KEY, REQUEST_KEY, record_of
 
 MODEL_ID = "geopilot"
+log = logging.getLogger(__name__)
 
 
 def manifest():
@@ -153,7 +155,8 @@ class GeoPilotLMMS(lmms):
         visuals = [v for v in doc_to_visual(self._doc(request)) if v is not None]
         if not visuals:
             raise GeoPilotInputError(f"{request.task_name} doc {request.doc_id}: geopilot needs an image per request")
-        return {"image": visuals[0], "query": context.replace("<image>", "").strip()}
+        # every visual, in order; more than max_images or several sizes: answered empty, with a logged warning why
+        return {"image": visuals, "query": context.replace("<image>", "").strip()}
 
     def _batch(self, requests: list[Instance], generation: dict) -> list[str]:
         """One `chat_batch`; on bad input (an unreadable image) the requests again one by one, a bad one answering
@@ -176,6 +179,7 @@ class GeoPilotLMMS(lmms):
             doc_id = str(self._doc(request).get("id", request.doc_id))
             if isinstance(result, Exception):
                 record = failed_record(doc_id, result)
+                log.warning("%s doc %s: %s", request.task_name, doc_id, result)
             elif not self.agentic:
                 replies.append(result.turns[0].text if result.turns else result.answer)
                 continue

@@ -87,3 +87,28 @@ def test_an_agentic_run_answers_a_geopilot_doc_with_the_whole_record(tiny_model_
     reply = lmm.generate_until(requests({"max_new_tokens": 6, "until": ["e"]}, ids=(0,)))[0]
     record = json.loads(reply)[RECORD_KEY]  # not cut at "e": a run is not text
     assert record["id"] == "q1" and {"answer", "outcome", "tool_calls"} <= set(record)
+
+
+def test_every_visual_of_a_generic_doc_reaches_the_model(tiny_model_dir, caplog):
+    red, blue = Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue")
+    small = Image.new("RGB", (16, 16), "red")
+    lmm = GeoPilotLMMS(pretrained=str(tiny_model_dir), agentic="false", device="cpu")
+    lmm.task_dict = {TASK: {"test": [{"picture": [red]}, {"picture": [red, blue]}, {"picture": [red, small]}]}}
+    metadata = {"task": TASK, "doc_id": 0, "repeats": 1}
+    asked = [
+        Instance(
+            "generate_until",
+            ("Compare.", {"max_new_tokens": 24}, lambda doc: doc["picture"], i, TASK, "test"),
+            i,
+            metadata,
+        )
+        for i in range(3)
+    ]
+    assert [len(lmm._chat_request(r)["image"]) for r in asked] == [1, 2, 2]
+
+    one, pair = lmm.pilot.chat_batch([lmm._chat_request(r) for r in asked[:2]], 0, {"max_new_tokens": 24})
+    assert pair.tokens.prompt > one.tokens.prompt  # the second image's tokens are in the prompt
+    with caplog.at_level("WARNING"):
+        replies = lmm.generate_until(asked)
+    assert replies[1] == pair.turns[0].text
+    assert replies[2] == "" and "16x16 px but image 1 is 32x32" in caplog.text  # refused, and the log says why
