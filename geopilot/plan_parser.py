@@ -51,6 +51,21 @@ def parse_plan(text: str, boxes: BoxCodec | None = None) -> ParsedPlan:
         raise PlanParseError(f"unreadable plan ({type(err).__name__})") from None
 
 
+def cut_answer(text: str, boxes: BoxCodec | None = None) -> str | None:
+    """What a reply cut off at max_new_tokens had written of its answer (`value`) after a plan with no calls: the
+    words so far, or None when the cut fell before them (or the reply planned calls)."""
+    from pydantic_core import from_json
+
+    try:
+        partial = from_json(text.strip(), allow_partial="trailing-strings")
+    except ValueError:
+        return None
+    if not isinstance(partial, dict) or partial.get("actions") != [] or not isinstance(partial.get("value"), str):
+        return None
+    value = partial["value"].strip()
+    return text_from_model(value, boxes) if value else None
+
+
 def _parse(text: str) -> ParsedPlan:
     if not isinstance(text, str):
         raise PlanParseError(f"expected text, got {type(text).__name__}")

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from geopilot.agent.requests import DEFAULT_MAX_TOOL_CALLS, PreparedRequest
 from geopilot.agent.results import ChatResult, Outcome, Timings, TokenCounts, ToolCallRecord, TurnRecord
 from geopilot.generation import Turn
-from geopilot.plan_parser import PlanParseError, parse_plan
+from geopilot.plan_parser import PlanParseError, cut_answer, parse_plan
 from geopilot.sample import Action, AssistantMessage, ToolMessage
 from geopilot.tool_chains import ChatCalls
 from geopilot.tool_protocol import ToolRegistry
@@ -69,6 +69,11 @@ class AgentLoop:
             parsed = parse_plan(turn.text, self.request.boxes)  # the model's boxes back to normalised ones
         except PlanParseError as err:
             record.parse_error = str(err) + ("" if turn.finished else " (the reply was cut off at max_new_tokens)")
+            words = None if turn.finished else cut_answer(turn.text, self.request.boxes)
+            if words is not None:  # the answer's first words beat its raw JSON (and a repair turn cut off again)
+                self.messages.append(AssistantMessage(value=words))
+                cut = "the answer was cut off at max_new_tokens; raise it for the whole answer"
+                return self._finish(words + "…", "tools" if self.rounds else "direct", cut)
             if not self.repaired:
                 return self._repair(record.parse_error)
             return self._finish(turn.text.strip(), "unparsable", record.parse_error)

@@ -75,3 +75,20 @@ def _request(image, query):
     from geopilot.agent import ChatRequest
 
     return ChatRequest(image=image, query=query)
+
+
+def test_an_answer_cut_off_at_max_new_tokens_keeps_its_words(tiny):
+    from helpers.scripted import CutOff
+
+    whole = answer("There are three ships in the harbour and two more at the pier.")
+    cut = CutOff(whole[: whole.index(" and two")])
+    pilot, scripted = make(tiny, plan("ok"), cut)
+    result = pilot.chat(IMAGE, "What is there?")
+    assert result.outcome == "tools" and result.answer == "There are three ships in the harbour…"
+    assert "cut off at max_new_tokens" in result.error and not result.repaired
+    assert len(scripted.limits) == 2  # no repair turn: it would be cut off again
+    assert result.messages[-1].value == "There are three ships in the harbour"
+
+    pilot, _ = make(tiny, CutOff('{"reasoning":"The user asks'), answer("Fixed."))  # cut before any answer: repaired
+    result = pilot.chat(IMAGE, "What is there?")
+    assert result.repaired and result.answer == "Fixed." and "cut off at max_new_tokens" in result.turns[0].parse_error

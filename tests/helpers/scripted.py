@@ -130,6 +130,10 @@ def answer(value: str, reasoning: str = "From the tool output.") -> str:
     return assistant_json(AssistantMessage(reasoning=reasoning, value=value))
 
 
+class CutOff(str):
+    """A scripted turn that stopped at max_new_tokens (`Turn.finished` False)."""
+
+
 class ScriptedSession:
     """Stands in for KVSession: each row's turns are the given texts, in order; records the tails it was fed and the
     `max_new_tokens` of every call (a turn's ids are cut to it, as decoding would stop)."""
@@ -155,7 +159,7 @@ class ScriptedSession:
                     stream(text[start : start + 5])
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][:max_new_tokens]
             new = len(tails[i]) if tails is not None else len(self.prompts[row])
-            turns.append(Turn(ids, text, True, new, 0.001))
+            turns.append(Turn(ids, text, not isinstance(text, CutOff), new, 0.001))
         return turns
 
 
