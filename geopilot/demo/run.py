@@ -32,6 +32,9 @@ SECONDS_FOR_EXAMPLES = 15  # the worked examples: ten chats with the example too
 SMOLLM2_CONVERT_SECONDS = 20
 SMOLLM2_SECONDS_PER_STEP_SAMPLE = 0.65
 SMOLLM2_SECONDS_PER_CASE = {"batched": 2.2, "one": 6.4}
+# the largest resident memory of a default run's training, measured (docs/demo.md): SmolLM2's activations over
+# 8 x 640 tokens through 30 layers, against the tiny model's 16 x 512 through 4
+TRAINING_PEAK_BYTES = {"scratch": 1.6e9, "smollm2": 13.4e9}
 
 
 def estimate_seconds(settings: DemoSettings) -> float:
@@ -60,6 +63,20 @@ def estimate_seconds(settings: DemoSettings) -> float:
         + SECONDS_PER_CHAIN_CASE * settings.chain_cases
         + SECONDS_FOR_EXAMPLES
         + 60  # process start-ups, tokenisation, plots
+    )
+
+
+def memory_warning(settings: DemoSettings, available: float | None = None) -> str | None:
+    """A line when the memory available now is below what training peaks at (the kernel would kill it)."""
+    import psutil
+
+    needed = TRAINING_PEAK_BYTES[settings.base]
+    available = psutil.virtual_memory().available if available is None else available
+    if available >= needed:
+        return None
+    return (
+        f"training peaks at about {needed / 1e9:.1f} GB of memory and {available / 1e9:.1f} GB is available: it may "
+        "be killed; close other programs (a rerun resumes from the last finished phase)"
     )
 
 
@@ -156,7 +173,7 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str =
     if "data" in remaining:
         check_disk(layout.out, settings.needed_bytes())
     run_dir(layout, settings).claim()
-    done = [phase for phase in PHASES if phase not in remaining]
+    done = [phase for phase in wanted if phase not in remaining]
     console.print(
         f"geopilot demo -> {layout.out}: about {estimate_seconds(settings) / 60:.0f} min with {settings.threads} "
         f"torch thread{'s' if settings.threads > 1 else ''}" + (f"; resuming after {', '.join(done)}" if done else "")
@@ -167,6 +184,10 @@ def run_demo(out: str | Path, settings: DemoSettings, console=None, until: str =
             f"[yellow]the CPUs are already busy (load average {busy:.1f}): expect a slower run, or stop "
             "and rerun with --threads 1 in a new --out folder[/yellow]"
         )
+    if {"stage1", "stage2"} & set(remaining):
+        warning = memory_warning(settings)
+        if warning:
+            console.print(f"[yellow]{warning}[/yellow]")
     columns = (
         TextColumn("{task.description:<9}"),
         BarColumn(),

@@ -60,3 +60,27 @@ def test_a_deleted_data_folder_behind_its_marker(tmp_path, capsys):
     err = _demo(capsys, "--out", str(layout.out), "--threads", "1")
     assert "says the data phase finished" in err
     assert layout.marker("data").is_file()  # nothing removed: the user decides
+
+
+def test_a_warning_when_memory_is_below_the_training_peak():
+    from geopilot.demo.run import TRAINING_PEAK_BYTES, memory_warning
+
+    smollm2 = DemoSettings.preset(False, base="smollm2")
+    assert memory_warning(smollm2, available=TRAINING_PEAK_BYTES["smollm2"] + 1) is None
+    line = memory_warning(smollm2, available=8e9)
+    assert line.startswith("training peaks at about 13.4 GB of memory and 8.0 GB is available")
+    assert memory_warning(DemoSettings.preset(False), available=8e9) is None  # the scratch model needs 1.6 GB
+
+
+def test_a_fresh_run_stopped_early_does_not_say_it_resumes(tmp_path):
+    from rich.console import Console
+
+    from geopilot.demo.run import run_demo
+
+    console = Console(record=True, width=200)
+    run_demo(tmp_path / "run", DemoSettings.preset(True, 0, 1), console, until="data")
+    printed = console.export_text()
+    assert "resuming" not in printed and "stopped after data" in printed
+    again = Console(record=True, width=200)
+    run_demo(tmp_path / "run", DemoSettings.preset(True, 0, 1), again, until="data")
+    assert "resuming after data" in again.export_text()
