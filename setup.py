@@ -44,7 +44,14 @@ CORE = [
 ]
 
 EXTRAS = {
-    "train": ["datasets>=5.2", "peft>=0.21", "deepspeed>=0.19.8", "tensorboard>=2.18", "wandb>=0.31"],
+    "train": [
+        "datasets>=5.2",
+        "peft>=0.21",
+        "deepspeed>=0.19.8",
+        "tensorboard>=2.18",
+        "wandb>=0.31",
+        "psutil>=5.9",  # the demo's check of the memory available before training (accelerate needs it too)
+    ],
     "tools": ["pycocotools>=2.0.8", "mcp>=2.3,<3", "open_clip_torch>=3.3", "torchvision>=0.29", "scipy>=1.13"],
     "geo": [
         "rasterio>=1.4",
