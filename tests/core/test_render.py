@@ -81,7 +81,10 @@ def test_too_long_sample_is_reported_not_cut(tiny_tokenizer):
     assert len(render_sample(sample, tiny_tokenizer, IMAGE_TOKENS, max_length=full).input_ids) == full
 
 
-printable = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=40)
+# U+2581 is SentencePiece's space mark: a Metaspace tokenizer reads it as a space, so it cannot decode back as itself
+printable = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\u2581"), min_size=0, max_size=40
+)
 params = st.dictionaries(
     st.text(min_size=1, max_size=8), st.one_of(st.integers(), printable, st.lists(printable, max_size=3)), max_size=3
 )
